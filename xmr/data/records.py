@@ -1,0 +1,67 @@
+"""The one record schema every reader yields (COCO, Flickr30k, ToyWorld).
+
+Boxes are COCO-style ``(x, y, w, h)`` in pixels, origin at the top-left corner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EntityPhrase:
+    """An annotated noun phrase of a caption (Flickr30k Entities).
+
+    ``types`` are the entity types of the phrase (e.g. ``("people",)``); ``entity_id`` links the
+    phrase to boxes of the same entity in :attr:`ImageRecord.objects`.
+    """
+
+    text: str
+    types: tuple[str, ...]
+    entity_id: str = ""
+
+
+@dataclass(frozen=True)
+class Caption:
+    """One caption of an image. ``id`` is unique within its dataset (COCO: the annotation id)."""
+
+    id: int
+    text: str
+    phrases: tuple[EntityPhrase, ...] = ()
+
+
+@dataclass(frozen=True)
+class ObjectAnnotation:
+    """One object instance: a category name and a box ``(x, y, w, h)`` in pixels.
+
+    ``attributes`` carries extra ground truth where a dataset has it (ToyWorld persons:
+    ``{"gender": "male" | "female"}``; Flickr30k: ``{"entity_id": "..."}``).
+    """
+
+    category: str
+    bbox: tuple[float, float, float, float]
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    """One image with its captions and objects."""
+
+    image_id: int
+    path: Path
+    width: int
+    height: int
+    captions: tuple[Caption, ...]
+    objects: tuple[ObjectAnnotation, ...]
+    split: str
+
+    @property
+    def caption_texts(self) -> tuple[str, ...]:
+        return tuple(c.text for c in self.captions)
+
+    @property
+    def categories(self) -> frozenset[str]:
+        """The distinct object categories of the image."""
+        return frozenset(o.category for o in self.objects)
