@@ -1,0 +1,293 @@
+"""``xmr eval``: encode a dataset with a model on Ray and compute Recall, ODmAP and Bias@K."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from xmr.data import DataIssue, read_counterfactuals, read_dataset
+from xmr.data.default_world import default_toyworld
+from xmr.data.records import ImageRecord
+from xmr.eval.encoders import EncodeImages, EncodeTexts
+from xmr.eval.protocol import (
+    ImageQuery,
+    ODmAPSet,
+    RetrievalSet,
+    caption_mentions,
+    neutral_queries,
+    planned_queries,
+)
+from xmr.metrics import Ranking, bias_at_k, odmap_at_k, recall_at_k
+from xmr.models import ModelSpec
+from xmr.pipeline import Resources
+from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
+from xmr.retrieval import topk_similarity
+
+METRIC_GROUPS = ("recall", "odmap", "bias")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything that defines one evaluation (logged as ``data.*``, ``model.*``, ``eval.*``)."""
+
+    model: ModelSpec
+    dataset: str = "toyworld"
+    data: Path | None = None  # None: the embedded default ToyWorld
+    split: str = "test"
+    metrics: tuple[str, ...] = METRIC_GROUPS
+    ks: tuple[int, ...] = (1, 5, 10)
+    batch_size: int = 128
+    actors: int | None = None  # None: one per GPU, else one per CPU core (at most 4)
+    device: str = "auto"  # auto | cpu | cuda
+    seed: int = 0
+    alpha1: float = 0.4
+    alpha2: float = 0.8
+    alpha3: float = 0.7
+
+    def __post_init__(self) -> None:
+        unknown = set(self.metrics) - set(METRIC_GROUPS)
+        if unknown:
+            raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {METRIC_GROUPS}")
+        if not self.ks or min(self.ks) < 1:
+            raise ValueError(f"ks must be positive integers, got {self.ks}")
+
+    def params(self) -> dict[str, str]:
+        """Namespaced MLflow params."""
+        return {
+            **self.model.params(),
+            "data.dataset": self.dataset,
+            "data.root": str(self.data or "default toyworld"),
+            "data.split": self.split,
+            "eval.metrics": ",".join(self.metrics),
+            "eval.ks": ",".join(map(str, self.ks)),
+            "eval.batch_size": str(self.batch_size),
+            "eval.device": self.device,
+            "eval.seed": str(self.seed),
+            "synth.alpha1": str(self.alpha1),
+            "synth.alpha2": str(self.alpha2),
+            "synth.alpha3": str(self.alpha3),
+        }
+
+
+@dataclass
+class RetrievalExample:
+    """One ODmAP query with its top retrieved captions, for the example grid."""
+
+    query: ImageQuery
+    removed: list[str]
+    present: list[str]
+    captions: list[str]
+    relevant: list[bool]
+
+
+@dataclass
+class EvalResult:
+    """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation."""
+
+    metrics: dict[str, float]
+    counts: dict[str, int]
+    skipped: list[DataIssue]
+    timings: dict[str, float]
+    data_root: Path
+    examples: list[RetrievalExample] = field(default_factory=list)
+
+    def to_json(self, config: EvalConfig) -> dict:
+        return {
+            "config": {**config.params(), "data.root": str(self.data_root)},
+            "metrics": self.metrics,
+            "counts": self.counts,
+            "skipped": [issue._asdict() for issue in self.skipped],
+            "timings": self.timings,
+        }
+
+
+def _splits(dataset: str, root: Path) -> list[str]:
+    """Every split of a dataset folder (the ODmAP gallery spans all of them)."""
+    if dataset == "flickr30k":
+        return ["train", "val", "test"]
+    found = {
+        m.group(1)
+        for p in (root / "annotations").glob("captions_*.json")
+        if (m := re.fullmatch(r"captions_([a-z]+?)(?:\d{4})?\.json", p.name))
+    }
+    return sorted(found)
+
+
+def _resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if cluster_gpus() > 0 else "cpu"
+    return device
+
+
+class _Encoder:
+    """Runs the encoding stages on Ray with one model spec and resource plan."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        self.config = config
+        self.device = _resolve_device(config.device)
+        if self.device == "cuda":
+            self.actors = config.actors or max(1, cluster_gpus())
+            self.resources = Resources(cpus=1, gpus=1)
+        else:
+            self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
+            self.resources = Resources(cpus=1)
+
+    def images(self, queries: list[ImageQuery]) -> tuple[np.ndarray, list[str]]:
+        """Embeddings ``[N, D]`` and per-row errors ("" when fine)."""
+        stage = EncodeImages(
+            self.config.model, self.device, self.resources, self.config.batch_size, self.config.seed
+        )
+        rows = [
+            {"path": str(q.path), "inpaint": json.dumps(q.inpaint_boxes) if q.inpaint_boxes else ""}
+            for q in queries
+        ]
+        out = run_stage(rows, stage, actors=self.actors)
+        return out["embedding"], [str(e) for e in out["error"]]
+
+    def texts(self, texts: list[str]) -> np.ndarray:
+        """Embeddings ``[N, D]``."""
+        stage = EncodeTexts(
+            self.config.model, self.device, self.resources, self.config.batch_size, self.config.seed
+        )
+        return run_stage([{"text": t} for t in texts], stage, actors=self.actors)["embedding"]
+
+
+def _odmap_set(config: EvalConfig, root: Path, records: list[ImageRecord], issues) -> ODmAPSet:
+    """ODmAP queries and the all-splits caption gallery (see :mod:`xmr.eval.protocol`)."""
+    if config.dataset == "toyworld":
+        cfs = read_counterfactuals(root, config.split)
+        queries = [ImageQuery(cf.path) for cf in cfs]
+        sources = [cf.source_image_id for cf in cfs]
+        removed = [cf.removed for cf in cfs]
+        present = [cf.kept for cf in cfs]
+    else:
+        queries, sources, removed, present = planned_queries(
+            records, alpha1=config.alpha1, alpha2=config.alpha2, alpha3=config.alpha3
+        )
+    gallery_records = list(records)
+    for split in _splits(config.dataset, root):
+        if split != config.split:
+            gallery_records += read_dataset(config.dataset, root, split, issues=issues)
+    gallery = [text for record in gallery_records for text in record.caption_texts]
+    return ODmAPSet(
+        queries,
+        sources,
+        removed,
+        present,
+        gallery,
+        caption_mentions(config.dataset, gallery_records),
+    )
+
+
+def evaluate(config: EvalConfig, *, address: str | None = None) -> EvalResult:
+    """Run one evaluation. Bad images are skipped and reported in ``EvalResult.skipped``."""
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    root = config.data or default_toyworld(config.seed)
+    issues: list[DataIssue] = []
+    records = read_dataset(config.dataset, root, config.split, issues=issues)
+    if not records:
+        raise ValueError(f"{root}: split {config.split!r} has no usable images")
+    retrieval = RetrievalSet.from_records(records)
+    odmap = _odmap_set(config, root, records, issues) if "odmap" in config.metrics else None
+    bias_texts, genders = neutral_queries(records) if "bias" in config.metrics else ([], [])
+    timings["prepare_s"] = time.perf_counter() - start
+
+    init_ray(address)
+    encoder = _Encoder(config)
+    t0 = time.perf_counter()
+    image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
+    image_emb, image_errors = encoder.images(image_queries)
+    timings["encode_images_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # The test captions come first in the ODmAP gallery, so they are encoded once.
+    gallery_texts = odmap.gallery if odmap else retrieval.captions
+    text_emb = encoder.texts(gallery_texts + bias_texts)
+    timings["encode_texts_s"] = time.perf_counter() - t0
+
+    n_img = len(records)
+    for query, error in zip(image_queries, image_errors, strict=True):
+        if error:
+            issues.append(DataIssue(str(query.path), error))
+    ok_images = np.array([not e for e in image_errors[:n_img]])
+    kmax = max(config.ks)
+    prefix = f"{config.split}/"
+    metrics: dict[str, float] = {}
+    counts = {"images": int(ok_images.sum()), "captions": len(retrieval.captions)}
+    t0 = time.perf_counter()
+
+    img = image_emb[:n_img][ok_images]
+    image_index = np.cumsum(ok_images) - 1  # old image index -> row of ``img``
+    if "recall" in config.metrics:
+        cap = text_emb[: len(retrieval.captions)]
+        owner = np.asarray(retrieval.caption_image)
+        positives_i2t = [set(np.flatnonzero(owner == i)) for i in np.flatnonzero(ok_images)]
+        i2t = recall_at_k(topk_similarity(img, cap, kmax), positives_i2t, config.ks)
+        keep = ok_images[owner]
+        positives_t2i = [{int(image_index[o])} for o in owner[keep]]
+        t2i = recall_at_k(topk_similarity(cap[keep], img, kmax), positives_t2i, config.ks)
+        for k in config.ks:
+            metrics[f"{prefix}recall_i2t_at_{k}"] = i2t[k]
+            metrics[f"{prefix}recall_t2i_at_{k}"] = t2i[k]
+
+    examples: list[RetrievalExample] = []
+    if odmap:
+        ok = np.array([not e for e in image_errors[n_img:]], dtype=bool)
+        gallery_emb = text_emb[: len(odmap.gallery)]
+        ranking = topk_similarity(image_emb[n_img:][ok], gallery_emb, kmax)
+        idx = np.flatnonzero(ok)
+        removed = [set(odmap.removed[i]) for i in idx]
+        present = [set(odmap.present[i]) for i in idx]
+        scores = odmap_at_k(ranking, odmap.gallery_mentions, removed, present, config.ks)
+        for k in config.ks:
+            metrics[f"{prefix}odmap_at_{k}"] = scores[k]
+        counts["odmap_queries"] = len(idx)
+        counts["odmap_gallery"] = len(odmap.gallery)
+        examples = _examples(odmap, ranking, idx, config.seed)
+
+    if "bias" in config.metrics:
+        bias_emb = text_emb[len(gallery_texts) :]
+        gallery_gender = [g for g, ok in zip(genders, ok_images, strict=True) if ok]
+        bias = bias_at_k(topk_similarity(bias_emb, img, kmax), gallery_gender, config.ks)
+        for k in config.ks:
+            metrics[f"{prefix}bias_at_{k}"] = bias[k]
+        counts["bias_queries"] = len(bias_texts)
+        for gender in ("male", "female", "neutral"):
+            counts[f"images_{gender}"] = gallery_gender.count(gender)
+    timings["metrics_s"] = time.perf_counter() - t0
+    timings["total_s"] = time.perf_counter() - start
+    counts["skipped"] = len(issues)
+    return EvalResult(metrics, counts, issues, timings, Path(root), examples)
+
+
+def _examples(
+    odmap: ODmAPSet, ranking: Ranking, query_index: np.ndarray, seed: int, n: int = 8, top: int = 3
+) -> list[RetrievalExample]:
+    """A seeded sample of ODmAP queries with their top captions and whether each is relevant."""
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(query_index), size=min(n, len(query_index)), replace=False)
+    examples = []
+    for row in sorted(picks):
+        q = int(query_index[row])
+        hits = [int(g) for g in ranking.indices[row, :top]]
+        relevant = [
+            not (odmap.gallery_mentions[g] & odmap.removed[q])
+            and bool(odmap.gallery_mentions[g] & odmap.present[q])
+            for g in hits
+        ]
+        examples.append(
+            RetrievalExample(
+                odmap.queries[q],
+                sorted(odmap.removed[q]),
+                sorted(odmap.present[q]),
+                [odmap.gallery[g] for g in hits],
+                relevant,
+            )
+        )
+    return examples

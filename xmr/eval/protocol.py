@@ -1,0 +1,140 @@
+"""The evaluation protocol: which images and texts are queries and galleries for each metric.
+
+- Recall@K (both ways) on the evaluated split: an image's captions are its positives (i2t), a
+  caption's image is its positive (t2i).
+- ODmAP@K (odmap paper §3.2): queries are images with the objects of a removal plan removed
+  (ToyWorld: exact counterfactual renders; other datasets: the plan's boxes inpainted on the fly);
+  the gallery is every caption of every split; a caption is relevant when it mentions a kept class
+  and no removed class.
+- Bias@K (gender paper §2.2): queries are the split's captions made gender-neutral, the gallery
+  is the split's images labelled male / female / neutral.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from xmr.data.images import load_image
+from xmr.data.records import ImageRecord
+from xmr.text import (
+    COCO_CLASS_WORDS,
+    FLICKR30K_ODMAP_CLASSES,
+    image_gender,
+    mentioned_classes_batch,
+    neutralize,
+)
+from xmr.synth.fill import fill_telea
+from xmr.synth.planning import plan_removals, removal_mask
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class ImageQuery:
+    """An image to encode: a file, optionally with boxes to inpaint away before encoding."""
+
+    path: Path
+    inpaint_boxes: tuple[Box, ...] = ()
+
+    def render(self) -> Image.Image:
+        """Load the image (RGB) and Telea-inpaint the boxes, if any. Raises ``DataError``."""
+        image = load_image(self.path)
+        if not self.inpaint_boxes:
+            return image
+        objects = [("removed", list(box)) for box in self.inpaint_boxes]
+        mask = removal_mask(objects, ["removed"], image.width, image.height)
+        return Image.fromarray(fill_telea(np.asarray(image), mask))
+
+
+@dataclass
+class RetrievalSet:
+    """The evaluated split: images, their captions, and which image each caption belongs to."""
+
+    images: list[ImageRecord]
+    captions: list[str]
+    caption_image: list[int]  # caption index -> index into ``images``
+
+    @classmethod
+    def from_records(cls, records: Sequence[ImageRecord]) -> RetrievalSet:
+        captions: list[str] = []
+        caption_image: list[int] = []
+        for i, record in enumerate(records):
+            captions.extend(record.caption_texts)
+            caption_image.extend([i] * len(record.captions))
+        return cls(list(records), captions, caption_image)
+
+
+@dataclass
+class ODmAPSet:
+    """ODmAP queries (one per removal plan) and the caption gallery with its class mentions."""
+
+    queries: list[ImageQuery]
+    source_image_ids: list[int]
+    removed: list[frozenset[str]]
+    present: list[frozenset[str]]
+    gallery: list[str]
+    gallery_mentions: list[set[str]] = field(default_factory=list)
+
+
+def record_gender(record: ImageRecord) -> str:
+    """``male`` / ``female`` / ``neutral`` for one image (gender paper §2.2 / §4.1).
+
+    Ground truth when the objects carry a ``gender`` attribute (ToyWorld): male iff every
+    gendered person is male, female likewise, neutral when mixed or nobody. Otherwise the
+    paper's caption rule (:func:`xmr.text.image_gender`).
+    """
+    genders = {o.attributes["gender"] for o in record.objects if "gender" in o.attributes}
+    if genders:
+        return genders.pop() if len(genders) == 1 else "neutral"
+    return image_gender(record.caption_texts)
+
+
+def caption_mentions(dataset: str, gallery_records: Sequence[ImageRecord]) -> list[set[str]]:
+    """Class mentions of every caption of ``gallery_records``, in caption order.
+
+    COCO and ToyWorld: noun phrases matched against the COCO class-word table (odmap appendix A).
+    Flickr30k: the annotated entity types of the caption's phrases (odmap §4.1).
+    """
+    if dataset == "flickr30k":
+        wanted = set(FLICKR30K_ODMAP_CLASSES)
+        return [
+            {t for phrase in caption.phrases for t in phrase.types if t in wanted}
+            for record in gallery_records
+            for caption in record.captions
+        ]
+    texts = [text for record in gallery_records for text in record.caption_texts]
+    return mentioned_classes_batch(texts, COCO_CLASS_WORDS)
+
+
+def planned_queries(
+    records: Sequence[ImageRecord],
+    *,
+    alpha1: float = 0.4,
+    alpha2: float = 0.8,
+    alpha3: float = 0.7,
+) -> tuple[list[ImageQuery], list[int], list[frozenset[str]], list[frozenset[str]]]:
+    """ODmAP queries from removal plans (§3.1), to be inpainted before encoding.
+
+    Returns ``(queries, source_image_ids, removed, present)``, one entry per plan.
+    """
+    queries, sources, removed, present = [], [], [], []
+    for record in records:
+        objects = [(o.category, list(o.bbox)) for o in record.objects]
+        for plan in plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3):
+            boxes = tuple(o.bbox for o in record.objects if o.category in plan)
+            queries.append(ImageQuery(record.path, boxes))
+            sources.append(record.image_id)
+            removed.append(frozenset(plan))
+            present.append(frozenset(record.categories - set(plan)))
+    return queries, sources, removed, present
+
+
+def neutral_queries(records: Sequence[ImageRecord]) -> tuple[list[str], list[str]]:
+    """Bias@K inputs: every caption made gender-neutral, and each image's gender label."""
+    texts = [neutralize(text) for record in records for text in record.caption_texts]
+    return texts, [record_gender(record) for record in records]

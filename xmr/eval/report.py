@@ -1,0 +1,111 @@
+"""What a person sees of an evaluation: a terminal table, a JSON file, an example grid, MLflow."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import textwrap
+from pathlib import Path
+
+import mlflow
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
+
+from xmr.data.errors import DataError
+from xmr.eval.evaluate import EvalConfig, EvalResult, RetrievalExample
+from xmr.tracking import start_run
+
+_GROUPS = (
+    ("Recall i2t", "recall_i2t_at_"),
+    ("Recall t2i", "recall_t2i_at_"),
+    ("ODmAP", "odmap_at_"),
+    ("Bias", "bias_at_"),
+)
+
+
+def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
+    """One row per metric family, one column per K. Recall and ODmAP in %, Bias signed in [-1, 1]."""
+    table = Table(title="xmr eval")
+    table.add_column("metric")
+    for k in ks:
+        table.add_column(f"@{k}", justify="right")
+    for label, stem in _GROUPS:
+        values = {
+            k: v for name, v in result.metrics.items() for k in ks if name.endswith(f"/{stem}{k}")
+        }
+        if not values:
+            continue
+        fmt = "{:+.3f}" if label == "Bias" else "{:.1f}"
+        scale = 1.0 if label == "Bias" else 100.0
+        table.add_row(label, *(fmt.format(values[k] * scale) if k in values else "" for k in ks))
+    return table
+
+
+def print_report(result: EvalResult, config: EvalConfig, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(metrics_table(result, config.ks))
+    counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
+    console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s[/dim]")
+    for issue in result.skipped[:10]:
+        console.print(f"[yellow]skipped[/yellow] {issue.item}: {issue.reason}")
+    if len(result.skipped) > 10:
+        console.print(f"[yellow]... and {len(result.skipped) - 10} more skipped items[/yellow]")
+
+
+def save_example_grid(examples: list[RetrievalExample], path: Path) -> Path:
+    """ODmAP queries with the removed classes (red) and their top captions (green = relevant)."""
+    rows = max(1, len(examples))
+    fig = Figure(figsize=(10, 2.4 * rows))
+    axes = fig.subplots(rows, 2, width_ratios=(1, 3), squeeze=False)
+    for ax_img, ax_txt in axes:
+        ax_img.axis("off")
+        ax_txt.axis("off")
+    for (ax_img, ax_txt), ex in zip(axes, examples, strict=False):
+        try:
+            ax_img.imshow(ex.query.render())
+        except DataError as exc:
+            ax_img.text(0.5, 0.5, f"unreadable:\n{exc}", ha="center", va="center", fontsize=7)
+        ax_img.set_title(f"removed: {', '.join(ex.removed)}", color="red", fontsize=9)
+        ax_txt.text(0, 0.95, f"present: {', '.join(ex.present)}", fontsize=9, va="top")
+        for i, (caption, ok) in enumerate(zip(ex.captions, ex.relevant, strict=True)):
+            line = textwrap.shorten(f"{i + 1}. {caption}", width=80)
+            color = "green" if ok else "red"
+            ax_txt.text(0, 0.7 - 0.25 * i, line, fontsize=9, va="top", color=color)
+    fig.suptitle("ODmAP queries: top retrieved captions (green = relevant, red = not)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def write_json(result: EvalResult, config: EvalConfig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json(config), indent=2) + "\n")
+    return path
+
+
+def log_to_mlflow(
+    result: EvalResult,
+    config: EvalConfig,
+    *,
+    tracking_uri: str | None = None,
+    run_name: str | None = None,
+) -> str:
+    """Log one evaluation as a run of experiment ``xmr/eval/<dataset>``; returns the run id."""
+    with start_run(
+        f"xmr/eval/{config.dataset}",
+        run_name=run_name,
+        tracking_uri=tracking_uri,
+        tags={"xmr.command": "eval"},
+    ) as run:
+        mlflow.log_params({**config.params(), "data.root": str(result.data_root)})
+        mlflow.log_metrics(result.metrics)
+        mlflow.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
+        mlflow.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
+        with tempfile.TemporaryDirectory() as tmp:
+            write_json(result, config, Path(tmp) / "metrics.json")
+            mlflow.log_artifact(str(Path(tmp) / "metrics.json"))
+            if result.examples:
+                save_example_grid(result.examples, Path(tmp) / "odmap_examples.png")
+                mlflow.log_artifact(str(Path(tmp) / "odmap_examples.png"))
+        return run.info.run_id

@@ -1,0 +1,49 @@
+"""A stage is a plain class that declares its resources and transforms a batch of rows.
+
+Batches are ``dict[str, np.ndarray]`` (column name -> array of length B), the format Ray Data
+passes to ``map_batches(batch_format="numpy")``. A stage is built cheaply on the driver (it is
+pickled to the workers), loads heavy state in :meth:`Stage.setup` once per worker, and must never
+raise on a bad row: it reports the failure in an ``error`` column instead, so that no row is lost.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+Batch = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Resources one worker of a stage needs: CPU cores and GPUs (fractions allowed for GPUs)."""
+
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+
+class Stage(ABC):
+    """One batch transform of a pipeline."""
+
+    #: Short name used in progress bars, logs and error records.
+    name: str = "stage"
+
+    def __init__(self, resources: Resources | None = None, batch_size: int = 64) -> None:
+        self.resources = resources or Resources()
+        self.batch_size = batch_size
+
+    def setup(self) -> None:  # noqa: B027 - optional hook, most stages need nothing
+        """Load heavy state (models, tokenizers) once per worker. Default: nothing."""
+
+    @abstractmethod
+    def process(self, batch: Batch) -> Batch:
+        """Transform one batch. Per-row failures go to an ``error`` column, never an exception."""
+
+    def run_local(self, batch: Batch) -> Batch:
+        """Set up (once) and process ``batch`` in this process, without Ray."""
+        if not getattr(self, "_is_set_up", False):
+            self.setup()
+            self._is_set_up = True
+        return self.process(batch)

@@ -1,0 +1,76 @@
+"""MLflow conventions shared by every xmr command.
+
+- Tracking store: ``--tracking-uri`` > ``MLFLOW_TRACKING_URI`` > ``sqlite:///mlflow.db`` in the
+  working directory (MLflow 3 rejects plain file stores).
+- Experiments are named ``xmr/<command>/<dataset>``; with a sqlite store their artifacts go to
+  ``mlartifacts/`` next to the database, wherever the command runs from.
+- Params are namespaced (``model.arch``, ``data.dataset``); metric names use ``_at_`` instead of
+  ``@`` (``test/odmap_at_1``), which MLflow does not accept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import mlflow
+
+DEFAULT_DB = "mlflow.db"
+_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-.:/ ]")
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """The tracking URI a command uses (see module docstring for the order)."""
+    if uri:
+        return uri
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{Path.cwd() / DEFAULT_DB}"
+
+
+def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Artifacts of a sqlite store live beside the database; servers choose their own."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    return (db.parent / "mlartifacts" / experiment.replace("/", "_")).resolve().as_uri()
+
+
+def metric_name(name: str) -> str:
+    """A metric/param name MLflow accepts: ``recall@5`` -> ``recall_at_5``."""
+    return _BAD_NAME_CHARS.sub("_", name.replace("@", "_at_"))
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten nested mappings into dotted, string-valued params (``{"model": {"arch": ..}}``)."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, name))
+        else:
+            flat[name] = "" if value is None else str(value)
+    return flat
+
+
+@contextmanager
+def start_run(
+    experiment: str,
+    *,
+    run_name: str | None = None,
+    tracking_uri: str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> Iterator[mlflow.ActiveRun]:
+    """Open an MLflow run in ``experiment`` (created on first use) on the resolved store."""
+    uri = resolve_tracking_uri(tracking_uri)
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        mlflow.create_experiment(experiment, artifact_location=_artifact_location(uri, experiment))
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
+        yield run
