@@ -21,6 +21,8 @@ from PIL import Image
 
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
+from xmr.synth.fill import fill_telea
+from xmr.synth.planning import plan_removals, removal_mask
 from xmr.text import (
     COCO_CLASS_WORDS,
     FLICKR30K_ODMAP_CLASSES,
@@ -28,8 +30,6 @@ from xmr.text import (
     mentioned_classes_batch,
     neutralize,
 )
-from xmr.synth.fill import fill_telea
-from xmr.synth.planning import plan_removals, removal_mask
 
 Box = tuple[float, float, float, float]
 

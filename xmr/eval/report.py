@@ -25,7 +25,7 @@ _GROUPS = (
 
 
 def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
-    """One row per metric family, one column per K. Recall and ODmAP in %, Bias signed in [-1, 1]."""
+    """One row per metric family, one column per K. Recall, ODmAP in %; Bias signed in [-1, 1]."""
     table = Table(title="xmr eval")
     table.add_column("metric")
     for k in ks:

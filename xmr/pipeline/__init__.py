@@ -1,4 +1,4 @@
-"""Batch stages (plain classes, testable without Ray) and the thin executor that maps them onto Ray."""
+"""Batch stages (plain classes, testable without Ray) and the thin executor onto Ray Data."""
 
 from xmr.pipeline.stage import Resources, Stage
 

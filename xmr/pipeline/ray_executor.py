@@ -42,7 +42,7 @@ class _StageActor:
 
 
 def map_stage(ds: ray.data.Dataset, stage: Stage, *, actors: int) -> ray.data.Dataset:
-    """Append ``stage`` to ``ds`` as an actor pool of ``actors`` workers with the stage's resources."""
+    """Append ``stage`` to ``ds``: a pool of ``actors`` workers with the stage's resources."""
     return ds.map_batches(
         _StageActor,
         fn_constructor_kwargs={"stage": stage},
