@@ -30,3 +30,21 @@ def nltk_tagger() -> None:
     """Skip when the offline English POS tagger is not available."""
     if not (NLTK_DATA / "taggers").is_dir():
         pytest.skip("../shared/nltk_data is not available")
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """A real local Ray (2 CPUs) shared by the tests that need one; shut down at the end."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Workers must import stage classes defined in test modules.
+    pythonpath = os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")]))
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "NLTK_DATA": str(NLTK_DATA)}},
+    )
+    yield ray
+    ray.shutdown()
