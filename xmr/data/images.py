@@ -1,0 +1,68 @@
+"""Image decoding that fails loudly: a missing, corrupt or truncated file is a :class:`DataError`.
+
+Pillow only decodes pixel data on ``load()``; ``Image.open`` alone reads the header. Both helpers
+here force a full decode, and rely on ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` staying ``False``
+(Pillow's default), so a truncated file is an error rather than a silently grey-padded image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from PIL import Image
+
+from xmr.data.errors import DataError, DataIssue
+
+# What Pillow raises for unreadable files (UnidentifiedImageError is an OSError).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+def load_image(path: str | Path) -> Image.Image:
+    """Decode ``path`` fully into an RGB image.
+
+    Raises :class:`DataError` naming the file when it is missing, not an image, corrupt or
+    truncated.
+    """
+    path = Path(path)
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return image.convert("RGB")
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: image file not found") from exc
+    except _DECODE_ERRORS as exc:
+        raise DataError(f"{path}: cannot decode image ({exc})") from exc
+
+
+def load_images_checked(
+    paths: Iterable[str | Path],
+) -> tuple[list[Image.Image | None], list[DataIssue]]:
+    """Decode every path; a bad file gives ``None`` in its row and a :class:`DataIssue`.
+
+    For batch encoders: the rows stay aligned with ``paths`` so bad ones can be masked out.
+    """
+    images: list[Image.Image | None] = []
+    issues: list[DataIssue] = []
+    for path in paths:
+        try:
+            images.append(load_image(path))
+        except DataError as exc:
+            images.append(None)
+            issues.append(DataIssue(str(path), str(exc)))
+    return images, issues
+
+
+def image_size(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` from the image header, without decoding the pixels.
+
+    Raises :class:`DataError` naming the file when it is missing or its header is unreadable.
+    """
+    path = Path(path)
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: image file not found") from exc
+    except _DECODE_ERRORS as exc:
+        raise DataError(f"{path}: cannot read image header ({exc})") from exc
