@@ -1,0 +1,95 @@
+"""Gender bias of text-to-image search (gender-bias paper): Bias@K (§2.2) and similarity bias (§5).
+
+Each image has a gender label ``g(v)``: ``"male"`` when it shows only men, ``"female"`` when it
+shows only women, otherwise ``"neutral"``. Positive values skew towards male, negative towards
+female.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from xmr.metrics.ranking import Ranking, as_numpy, as_ranking, check_ks
+
+GENDERS = ("male", "female", "neutral")
+_CODE = {"male": 1, "female": -1, "neutral": 0}
+
+
+def gender_codes(image_gender: Sequence[str]) -> np.ndarray:
+    """int8 ``[N]``: +1 male, -1 female, 0 neutral. ``ValueError`` names the first bad label."""
+    for n, gender in enumerate(image_gender):
+        if gender not in _CODE:
+            raise ValueError(f"image_gender[{n}] = {gender!r} is not one of {GENDERS}")
+    return np.array([_CODE[g] for g in image_gender], dtype=np.int8)
+
+
+def bias_at_k(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    image_gender: Sequence[str],
+    ks: Iterable[int] = tuple(range(1, 11)),
+) -> dict[int, float]:
+    """Bias@K (eq. 2–3) for each K in ``ks``: ``{K: signed mean in [-1, 1]}``.
+
+    ``scores`` is a dense text-to-image ``[Q, N]`` score matrix (higher first, ties to the lower
+    image index) or a :class:`Ranking` with at least the top ``max(ks)`` (or all ``N``).
+    ``image_gender[n]`` is ``"male"``, ``"female"`` or ``"neutral"``. Per query,
+    ``Δ_K = (N_male − N_female) / (N_male + N_female)`` over its top K images, 0 when none of them
+    is gendered; Bias@K is the mean of Δ_K over all queries, sign kept. A K above ``N`` counts the
+    whole gallery.
+    """
+    ks = check_ks(ks)
+    ranking = as_ranking(scores, max(ks))
+    codes = gender_codes(image_gender)
+    if len(codes) != ranking.num_gallery:
+        raise ValueError(f"{len(codes)} gender labels for a gallery of {ranking.num_gallery}")
+    top = codes[ranking.top(max(ks))]
+    n_male = np.cumsum(top == 1, axis=1)  # [Q, K]: male images within rank <= i + 1
+    n_female = np.cumsum(top == -1, axis=1)
+    out = {}
+    for k in ks:
+        male, female = n_male[:, min(k, top.shape[1]) - 1], n_female[:, min(k, top.shape[1]) - 1]
+        gendered = male + female
+        delta = np.divide(
+            male - female, gendered, out=np.zeros(len(top)), where=gendered > 0, dtype=np.float64
+        )
+        out[k] = float(delta.mean())
+    return out
+
+
+def similarity_bias(
+    image_features: np.ndarray | torch.Tensor,
+    text_features: np.ndarray | torch.Tensor,
+    image_gender: Sequence[str],
+) -> float:
+    """Similarity bias of one text query o (eq. 9): ``E_male S(v, o) − E_female S(v, o)``.
+
+    ``image_features`` is ``[N, D]`` (the images of one concept, e.g. an occupation's search
+    results), ``text_features`` ``[D]`` or ``[1, D]`` (that concept's query), ``image_gender[n]``
+    ``"male"``, ``"female"`` or ``"neutral"`` (neutral images are left out). ``S`` is cosine
+    similarity (features need not be normalised), so the result lies in [-2, 2]. Call once per
+    concept. ``ValueError`` when either gender group is empty or a feature vector is zero.
+    """
+    images = as_numpy(image_features).astype(np.float64)
+    text = as_numpy(text_features).astype(np.float64)
+    if text.ndim == 2 and text.shape[0] == 1:
+        text = text[0]
+    if images.ndim != 2 or text.ndim != 1 or images.shape[1] != text.shape[0]:
+        raise ValueError(
+            f"expected image_features [N, D] and text_features [D] or [1, D], got "
+            f"{list(images.shape)} and {list(np.shape(text_features))}"
+        )
+    codes = gender_codes(image_gender)
+    if len(codes) != len(images):
+        raise ValueError(f"{len(codes)} gender labels for {len(images)} images")
+    for code, name in ((1, "male"), (-1, "female")):
+        if not (codes == code).any():
+            raise ValueError(f"no {name} image: the similarity bias needs both gender groups")
+    image_norm = np.linalg.norm(images, axis=1)
+    text_norm = np.linalg.norm(text)
+    if text_norm == 0 or (image_norm == 0).any():
+        raise ValueError("cosine similarity is undefined for a zero feature vector")
+    similarity = images @ text / (image_norm * text_norm)
+    return float(similarity[codes == 1].mean() - similarity[codes == -1].mean())
