@@ -1,0 +1,364 @@
+"""ToyWorld: COCO output, captions, planted biases, removal rule coverage, counterfactuals."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from pycocotools.coco import COCO
+
+from xmr.data.toyworld import WorldConfig, generate, load_config
+from xmr.data.toyworld.captions import class_words
+from xmr.data.toyworld.generate import scene_objects
+from xmr.data.toyworld.render import render
+from xmr.data.toyworld.scene import sample_scene, scene_rng
+from xmr.synth.planning import plan_removals
+
+SPLITS = ("train", "val", "test")
+REQUIRED_CLASSES = {
+    "person": 1,
+    "bicycle": 2,
+    "car": 3,
+    "cat": 17,
+    "dog": 18,
+    "horse": 19,
+    "frisbee": 34,
+    "sports ball": 37,
+    "cup": 47,
+    "dining table": 67,
+}
+# Gender paper, appendix A (table 3).
+FEMININE = {"woman", "women", "female", "girl", "lady", "mother", "mom", "sister", "daughter"}
+FEMININE |= {"wife", "girlfriend"}
+MASCULINE = {"man", "men", "male", "boy", "gentleman", "father", "brother", "son", "husband"}
+MASCULINE |= {"boyfriend"}
+
+
+def _small_config(**overrides) -> WorldConfig:
+    data = {"image_size": 96, "splits": {"train": 40, "val": 10, "test": 20}}
+    return WorldConfig.from_dict({**data, **overrides})
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """A small world with sensor noise (counterfactuals must reproduce it exactly)."""
+    config = _small_config(layout={"noise_std": 2.0})
+    return generate(tmp_path_factory.mktemp("tw") / "world", config, seed=7)
+
+
+def _coco(path: Path) -> COCO:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(str(path))
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z]+", text.lower())
+
+
+def _mentions(text: str, classes) -> set[str]:
+    """Classes whose caption words (single or multi-word) occur in ``text``."""
+    words = _words(text)
+    found = set()
+    for category in classes:
+        for entry in class_words(category):
+            entry_words = entry.split()
+            n = len(entry_words)
+            if any(words[i : i + n] == entry_words for i in range(len(words))):
+                found.add(category)
+    return found
+
+
+def _load(split: str, root: Path) -> tuple[COCO, COCO]:
+    return (
+        _coco(root / "annotations" / f"instances_{split}.json"),
+        _coco(root / "annotations" / f"captions_{split}.json"),
+    )
+
+
+def test_coco_files_load_with_ids_categories_and_genders(world: Path) -> None:
+    image_ids, caption_ids, ann_ids = [], [], []
+    for split in SPLITS:
+        instances, captions = _load(split, world)
+        assert sorted(instances.getImgIds()) == sorted(captions.getImgIds())
+        categories = {c["name"]: c["id"] for c in instances.loadCats(instances.getCatIds())}
+        assert REQUIRED_CLASSES.items() <= categories.items()  # real COCO ids
+        for image in instances.loadImgs(instances.getImgIds()):
+            assert (world / split / image["file_name"]).is_file()
+            assert Image.open(world / split / image["file_name"]).size == (96, 96)
+            caps = captions.loadAnns(captions.getAnnIds(imgIds=image["id"]))
+            assert len(caps) == 5
+            caption_ids += [c["id"] for c in caps]
+            anns = instances.loadAnns(instances.getAnnIds(imgIds=image["id"]))
+            assert 1 <= len(anns) <= 4
+            for ann in anns:
+                x, y, w, h = ann["bbox"]
+                assert x >= 0 and y >= 0 and w > 0 and h > 0 and x + w <= 96 and y + h <= 96
+                is_person = ann["category_id"] == REQUIRED_CLASSES["person"]
+                assert ("attributes" in ann) == is_person
+                if is_person:
+                    assert ann["attributes"]["gender"] in ("male", "female")
+            ann_ids += [a["id"] for a in anns]
+        image_ids += instances.getImgIds()
+    assert len(set(image_ids)) == len(image_ids) == 70
+    assert len(set(caption_ids)) == len(caption_ids) == 350
+    assert len(set(ann_ids)) == len(ann_ids)
+    meta = json.loads((world / "world.json").read_text())
+    assert meta["seed"] == 7 and meta["config"]["seed"] == 7
+    assert meta["config"]["splits"] == {"train": 40, "val": 10, "test": 20}
+    assert {s: meta["counts"][s]["images"] for s in SPLITS} == {"train": 40, "val": 10, "test": 20}
+    assert "xmr_version" in meta
+
+
+def test_captions_mention_only_and_mostly_all_image_classes(world: Path) -> None:
+    complete = total = 0
+    for split in SPLITS:
+        instances, captions = _load(split, world)
+        names = {c["id"]: c["name"] for c in instances.loadCats(instances.getCatIds())}
+        for image_id in instances.getImgIds():
+            anns = instances.loadAnns(instances.getAnnIds(imgIds=image_id))
+            present = {names[a["category_id"]] for a in anns}
+            mentioned = set()
+            for cap in captions.loadAnns(captions.getAnnIds(imgIds=image_id)):
+                found = _mentions(cap["caption"], names.values())
+                assert found, cap["caption"]  # at least one object
+                assert found <= present, (cap["caption"], present)  # no hallucinated class
+                mentioned |= found
+            complete += mentioned == present
+            total += 1
+    assert complete / total >= 0.95
+
+
+def test_counts_in_captions_match_instances(world: Path) -> None:
+    instances, captions = _load("train", world)
+    dog_id = REQUIRED_CLASSES["dog"]
+    for image_id in instances.getImgIds():
+        dogs = len(instances.getAnnIds(imgIds=image_id, catIds=[dog_id]))
+        for cap in captions.loadAnns(captions.getAnnIds(imgIds=image_id)):
+            words = _words(cap["caption"])
+            if dogs == 2 and "dogs" in words:
+                assert "two dogs" in cap["caption"].lower()
+            if dogs == 1:
+                assert "dogs" not in words and "puppies" not in words
+
+
+def test_test_captions_are_gender_neutral_train_captions_are_not(world: Path) -> None:
+    _, test_captions = _load("test", world)
+    for cap in test_captions.loadAnns(test_captions.getAnnIds()):
+        assert not set(_words(cap["caption"])) & (FEMININE | MASCULINE), cap["caption"]
+    instances, train_captions = _load("train", world)
+    gendered = 0
+    for image_id in instances.getImgIds():
+        anns = instances.loadAnns(instances.getAnnIds(imgIds=image_id))
+        genders = {a["attributes"]["gender"] for a in anns if "attributes" in a}
+        for cap in train_captions.loadAnns(train_captions.getAnnIds(imgIds=image_id)):
+            words = set(_words(cap["caption"]))
+            # Gendered words agree with the drawn genders.
+            assert not words & FEMININE or "female" in genders, cap["caption"]
+            assert not words & MASCULINE or "male" in genders, cap["caption"]
+            gendered += bool(words & (FEMININE | MASCULINE))
+    assert gendered > 0
+
+
+def test_class_words_are_in_noun_phrases(world: Path, nltk_tagger) -> None:
+    """The project's chunker + class-word table find the ToyWorld class words (odmap §3.2)."""
+    from xmr.text import COCO_CLASS_WORDS, mentioned_classes_batch
+
+    texts, expected = [], []
+    for split in SPLITS:
+        instances, captions = _load(split, world)
+        names = [c["name"] for c in instances.loadCats(instances.getCatIds())]
+        for cap in captions.loadAnns(captions.getAnnIds()):
+            texts.append(cap["caption"])
+            expected.append(_mentions(cap["caption"], names))
+    found = mentioned_classes_batch(texts, COCO_CLASS_WORDS)
+    hits = sum(len(e & f) for e, f in zip(expected, found, strict=True))
+    assert all(f <= e for e, f in zip(expected, found, strict=True))
+    assert hits / sum(len(e) for e in expected) >= 0.99
+
+
+def test_planted_cooccurrence_and_gender_bias(tmp_path: Path) -> None:
+    config = WorldConfig.from_dict(
+        {
+            "image_size": 64,
+            "splits": {"train": 1000, "test": 400},
+            "counterfactuals": {"splits": []},
+        }
+    )
+    root = generate(tmp_path / "world", config, seed=3)
+    rates = {}
+    for split in ("train", "test"):
+        instances = _coco(root / "annotations" / f"instances_{split}.json")
+        names = {c["id"]: c["name"] for c in instances.loadCats(instances.getCatIds())}
+        images, genders = [], []
+        for image_id in instances.getImgIds():
+            anns = instances.loadAnns(instances.getAnnIds(imgIds=image_id))
+            images.append({names[a["category_id"]] for a in anns})
+            genders.append([a["attributes"]["gender"] for a in anns if "attributes" in a])
+        with_dog = [classes for classes in images if "dog" in classes]
+        rates[split] = sum("frisbee" in c for c in with_dog) / len(with_dog)
+        rates[split + "_marginal"] = sum("frisbee" in c for c in images) / len(images)
+        cup_persons = [
+            g
+            for classes, gs in zip(images, genders, strict=True)
+            if "cup" in classes and "bicycle" not in classes
+            for g in gs
+        ]
+        rates[split + "_cup_female"] = cup_persons.count("female") / len(cup_persons)
+        everyone = [g for gs in genders for g in gs]
+        rates[split + "_female"] = everyone.count("female") / len(everyone)
+        assert len(with_dog) >= 40
+    # Tolerances are ~3 standard deviations at these sample sizes. Train: P(frisbee | dog) = 0.9,
+    # a person with a cup is a woman w.p. 0.8; test: independent classes, 50/50 genders.
+    assert abs(rates["train"] - 0.9) < 0.08
+    assert abs(rates["test"] - rates["test_marginal"]) < 0.2
+    assert rates["test"] < 0.6
+    assert abs(rates["train_cup_female"] - 0.8) < 0.2
+    assert abs(rates["test_female"] - 0.5) < 0.15
+    # The parallel workers drew exactly what an in-process render of the same scene gives.
+    for i in (0, 150, 999):
+        scene = sample_scene(config, scene_rng(3, "train", i), biased=True)
+        png = np.asarray(Image.open(root / "train" / f"{i + 1:012d}.png"))
+        assert np.array_equal(png, render(scene))
+
+
+def _branches(objects, size: int, a1=0.4, a2=0.8, a3=0.7) -> list[str]:
+    """The removal rule, written out with full-size masks: one outcome per candidate class."""
+    masks: dict[str, np.ndarray] = {}
+    for category, (x, y, w, h) in objects:
+        mask = masks.setdefault(category, np.zeros((size, size), bool))
+        x0, x1 = max(0, math.floor(x)), min(size, math.ceil(x + w))
+        y0, y1 = max(0, math.floor(y)), min(size, math.ceil(y + h))
+        mask[y0:y1, x0:x1] = True
+    outcomes = []
+    for q in masks:
+        removed = {q} | {
+            g for g in masks if g != q and (masks[q] & masks[g]).sum() / masks[g].sum() > a2
+        }
+        region = np.any([masks[r] for r in removed], axis=0)
+        kept = [k for k in masks if k not in removed]
+        if not kept:
+            outcomes.append("nothing kept")
+        elif region.mean() >= a3:
+            outcomes.append("alpha3")
+        elif any((region & masks[k]).sum() / masks[k].sum() >= a1 for k in kept):
+            outcomes.append("alpha1")
+        else:
+            outcomes.append(("single" if len(removed) == 1 else "multi", tuple(sorted(removed))))
+    return outcomes
+
+
+def test_default_world_exercises_every_branch_of_the_removal_rule() -> None:
+    config = load_config()
+    counts: Counter = Counter()
+    for i in range(config.splits["test"]):
+        scene = sample_scene(config, scene_rng(config.seed, "test", i), biased=False)
+        objects = scene_objects(scene)
+        outcomes = _branches(objects, config.image_size)
+        counts.update(o if isinstance(o, str) else o[0] for o in outcomes)
+        kept = sorted({o[1] for o in outcomes if not isinstance(o, str)})
+        assert plan_removals(objects, config.image_size, config.image_size) == kept
+    assert counts["single"] > 100
+    assert counts["multi"] >= 10
+    assert counts["alpha1"] >= 10
+    assert counts["alpha3"] >= 3
+
+
+def test_counterfactual_index_is_complete_and_exact(world: Path) -> None:
+    instances = _coco(world / "annotations" / "instances_test.json")
+    names = {c["id"]: c["name"] for c in instances.loadCats(instances.getCatIds())}
+    index = json.loads((world / "counterfactuals" / "index_test.json").read_text())
+    assert len({e["id"] for e in index}) == len(index) > 0
+    by_image: dict[int, list[tuple[str, ...]]] = {}
+    for entry in index:
+        by_image.setdefault(entry["source_image_id"], []).append(tuple(entry["removed"]))
+    changed = 0
+    for image_id in instances.getImgIds():
+        anns = instances.loadAnns(instances.getAnnIds(imgIds=image_id))
+        objects = [(names[a["category_id"]], a["bbox"]) for a in anns]
+        assert sorted(by_image.get(image_id, [])) == plan_removals(objects, 96, 96)
+    for entry in index:
+        source = instances.loadImgs(entry["source_image_id"])[0]
+        anns = instances.loadAnns(instances.getAnnIds(imgIds=source["id"]))
+        present = {names[a["category_id"]] for a in anns}
+        removed, kept = set(entry["removed"]), set(entry["kept"])
+        assert entry["removed"] == sorted(removed) and entry["kept"] == sorted(kept)
+        assert not removed & kept and removed | kept == present and kept
+        path = world / entry["file_name"]
+        assert path.name.startswith(f"{source['id']:012d}_")
+        original = np.asarray(Image.open(world / "test" / source["file_name"]))
+        counterfactual = np.asarray(Image.open(path))
+        outside = np.ones(original.shape[:2], bool)
+        for a in anns:
+            if names[a["category_id"]] in removed:
+                x, y, w, h = a["bbox"]
+                outside[y : y + h, x : x + w] = False
+        assert np.array_equal(original[outside], counterfactual[outside])
+        changed += not np.array_equal(original, counterfactual)
+    assert changed >= 0.9 * len(index)  # removals are visible (unless hidden behind others)
+
+
+def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:
+    config = _small_config(splits={"train": 6, "test": 6}, layout={"noise_std": 2.0})
+    a = generate(tmp_path / "a", config, seed=11)
+    b = generate(tmp_path / "b", config, seed=11)
+    c = generate(tmp_path / "c", config, seed=12)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for rel in files:
+        if rel.suffix == ".json":
+            assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+        else:
+            assert np.array_equal(np.asarray(Image.open(a / rel)), np.asarray(Image.open(b / rel)))
+    for rel in ("annotations/instances_train.json", "annotations/captions_test.json"):
+        assert (a / rel).read_bytes() != (c / rel).read_bytes()
+    assert json.loads((c / "world.json").read_text())["seed"] == 12
+
+
+def test_generate_refuses_a_non_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "old.txt").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        generate(tmp_path, _small_config(splits={"train": 1, "test": 1}))
+
+
+def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
+    config = load_config()
+    assert set(REQUIRED_CLASSES) <= set(config.classes) and len(config.classes) >= 10
+    assert dict(config.splits) == {"train": 4000, "val": 500, "test": 500}
+    assert config.image_size == 128
+    assert (config.counterfactuals.alpha1, config.counterfactuals.alpha2) == (0.4, 0.8)
+    pairs = {(p.a, p.b): p.p for p in config.cooccurrence}
+    assert pairs == {("dog", "frisbee"): 0.9, ("horse", "person"): 0.9}
+
+    path = tmp_path / "world.yaml"
+    path.write_text("seed: 5\ncaptions:\n  omit_prob: 0.1\n")
+    custom = load_config(path)
+    assert custom.seed == 5 and custom.captions.omit_prob == 0.1
+    assert custom.captions.neutral_splits == ("test",)  # merged over the defaults
+    assert WorldConfig.from_dict(custom.to_dict()) == custom
+
+    cases = {
+        "captions:\n  omit_prb: 0.1\n": "captions.omit_prb",
+        "colour: red\n": "colour",
+        "cooccurrence:\n  - {a: dog, b: frisbee, p: 0.9, q: 1}\n": "cooccurrence[0].q",
+        "image_size: big\n": "image_size",
+        "captions:\n  omit_prob: 1.5\n": "captions.omit_prob",
+        "classes: [person, unicorn]\n": "classes",
+        "biased_splits: [training]\n": "biased_splits",
+        "counterfactuals:\n  alpha3: 0\n": "counterfactuals.alpha3",
+        "gender_bias:\n  - {with: cup, gender: other, p: 0.8}\n": "gender_bias[0].gender",
+    }
+    for text, key in cases.items():
+        path.write_text(text)
+        with pytest.raises(ValueError, match=re.escape(key)) as info:
+            load_config(path)
+        assert str(path) in str(info.value)
+    with pytest.raises(FileNotFoundError):
+        load_config(tmp_path / "missing.yaml")
