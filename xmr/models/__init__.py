@@ -1,0 +1,21 @@
+"""Retrieval models behind one interface, built by name from a registry.
+
+>>> model = create_model("clip", arch="xmr-tiny", pretrained="none", seed=0)
+>>> model.encode_texts(["a dog with a frisbee"]).shape
+torch.Size([1, 128])
+
+Families are imported on first use (see :mod:`xmr.models.registry`).
+"""
+
+from xmr.models.base import CheckpointError, ModelSpec, RetrievalModel, save_checkpoint
+from xmr.models.registry import create_model, list_archs, list_models
+
+__all__ = [
+    "CheckpointError",
+    "ModelSpec",
+    "RetrievalModel",
+    "create_model",
+    "list_archs",
+    "list_models",
+    "save_checkpoint",
+]

@@ -1,0 +1,217 @@
+"""What every retrieval model offers, how a model is named (:class:`ModelSpec`), and checkpoints.
+
+A family (``clip``, later ``vsepp``, ``blip``, ``eiclip``) subclasses :class:`RetrievalModel` and
+implements three methods: ``preprocess`` (PIL image to pixels), ``image_features`` and
+``text_features`` (raw embeddings). Normalisation, inference mode, devices and checkpoints are
+shared here.
+
+Checkpoints are read with ``torch.load(..., weights_only=True)`` only: a file that needs
+arbitrary unpickling is refused, never executed.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read safely or does not fit the model."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Names a model: family, architecture, pretrained tag, local checkpoint.
+
+    ``pretrained`` ``None`` (or ``"none"``, normalised to ``None``) means random init;
+    ``checkpoint`` is a state dict loaded after construction (see
+    :meth:`RetrievalModel.load_checkpoint`).
+    """
+
+    family: str
+    arch: str
+    pretrained: str | None = None
+    checkpoint: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.pretrained in ("", "none"):
+            object.__setattr__(self, "pretrained", None)
+        if self.checkpoint is not None:
+            object.__setattr__(self, "checkpoint", Path(self.checkpoint))
+
+    def params(self) -> dict[str, str]:
+        """Namespaced MLflow params (``model.family``, ``model.arch``, ...), ``"none"`` if unset."""
+        return {
+            "model.family": self.family,
+            "model.arch": self.arch,
+            "model.pretrained": self.pretrained or "none",
+            "model.checkpoint": str(self.checkpoint) if self.checkpoint else "none",
+        }
+
+    def to_dict(self) -> dict[str, str | None]:
+        """Plain fields (the checkpoint path as a str), loadable with ``weights_only=True``."""
+        return {
+            "family": self.family,
+            "arch": self.arch,
+            "pretrained": self.pretrained,
+            "checkpoint": str(self.checkpoint) if self.checkpoint else None,
+        }
+
+
+class RetrievalModel(ABC):
+    """An image encoder and a text encoder into one ``embed_dim``-dimensional space.
+
+    Attributes:
+        spec: what was built.
+        module: the underlying ``nn.Module`` (put in eval mode at construction; training code may
+            train it directly, ``encode_*`` always run it in eval mode).
+        embed_dim: ``D``, the size of the joint embedding.
+        image_size: side of the square input, in pixels.
+    """
+
+    def __init__(self, spec: ModelSpec, module: nn.Module, embed_dim: int, image_size: int):
+        self.spec = spec
+        self.module = module.eval()
+        self.embed_dim = embed_dim
+        self.image_size = image_size
+
+    @property
+    def name(self) -> str:
+        """``family/arch``, e.g. ``clip/xmr-tiny``."""
+        return f"{self.spec.family}/{self.spec.arch}"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @abstractmethod
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        """The eval transform: a PIL image (any mode) to a ``[3, H, W]`` float32 CPU tensor."""
+
+    @abstractmethod
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Raw image embeddings: ``[B, 3, H, W]`` on :attr:`device` to ``[B, D]``."""
+
+    @abstractmethod
+    def text_features(self, texts: Sequence[str]) -> torch.Tensor:
+        """Raw text embeddings: ``B`` strings to ``[B, D]`` on :attr:`device`."""
+
+    @contextmanager
+    def _inference(self) -> Iterator[None]:
+        """Eval mode and ``torch.inference_mode`` for the block; the training flag is restored."""
+        training = self.module.training
+        self.module.eval()
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            self.module.train(training)
+
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, H, W]`` (any device) to L2-normalised ``[B, D]`` float32 on :attr:`device`."""
+        with self._inference():
+            return F.normalize(self.image_features(pixels.to(self.device)).float(), dim=-1)
+
+    def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
+        """``B`` strings to L2-normalised ``[B, D]`` float32 on :attr:`device`."""
+        with self._inference():
+            return F.normalize(self.text_features(texts).float(), dim=-1)
+
+    def to(self, device: str | torch.device) -> Self:
+        """Move the model to ``device`` (in place); returns ``self``."""
+        self.module.to(device)
+        return self
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.module.state_dict()
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Load weights from ``path``: a state dict, or a dict whose ``"model"`` is one.
+
+        Raises:
+            FileNotFoundError: no such file.
+            CheckpointError: the file is not a plain tensor checkpoint (refused by
+                ``weights_only=True``), or its keys or shapes do not match this model.
+        """
+        path = Path(path)
+        state = read_state_dict(path)
+        expected = self.module.state_dict()
+        missing = [k for k in expected if k not in state]
+        unexpected = [k for k in state if k not in expected]
+        if missing or unexpected:
+            raise CheckpointError(
+                f"{path} does not fit {self.name}: {len(missing)} missing keys {missing[:5]}, "
+                f"{len(unexpected)} unexpected keys {unexpected[:5]}"
+            )
+        wrong = [
+            f"{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}"
+            for k, v in expected.items()
+            if state[k].shape != v.shape
+        ]
+        if wrong:
+            raise CheckpointError(
+                f"{path} does not fit {self.name}: {len(wrong)} shape mismatches "
+                f"(checkpoint vs model), e.g. {wrong[:3]}"
+            )
+        self.module.load_state_dict(state)
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict in ``path`` (raw, or under key ``"model"``), read on CPU, weights only."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        raise CheckpointError(
+            f"{path} is not a checkpoint that loads with torch.load(weights_only=True) "
+            f"(only tensors and plain containers are allowed): {type(exc).__name__}: {exc}"
+        ) from exc
+    state = obj["model"] if isinstance(obj, Mapping) and "model" in obj else obj
+    if not (
+        isinstance(state, Mapping)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+    ):
+        raise CheckpointError(
+            f"{path} holds no state dict: expected {{name: tensor}} or {{'model': {{...}}, ...}}, "
+            f"got {type(obj).__name__}"
+        )
+    return dict(state)
+
+
+def save_checkpoint(
+    path: str | Path, model: RetrievalModel, extra: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``{"model": state_dict, "spec": spec dict, **extra}`` to ``path`` atomically.
+
+    ``extra`` (e.g. ``{"epoch": 3, "metrics": {...}}``) must hold only what
+    ``torch.load(weights_only=True)`` accepts: tensors, numbers, strings, lists, dicts.
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    extra = dict(extra or {})
+    clash = {"model", "spec"} & extra.keys()
+    if clash:
+        raise ValueError(f"extra must not override the checkpoint keys {sorted(clash)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save({"model": model.state_dict(), "spec": model.spec.to_dict(), **extra}, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,83 @@
+"""The ``clip`` family: any open_clip architecture, plus xmr's own configs (``xmr-tiny``).
+
+Importing this module registers ``xmr/models/configs/*.json`` with open_clip, so after it
+``open_clip.create_model("xmr-tiny")`` and ``open_clip.get_tokenizer("xmr-tiny")`` work too.
+Pretrained tags (``openai``, ``laion2b_s34b_b79k``, ...) are downloaded by open_clip and need a
+network; offline, use ``pretrained=None`` (random init) and a local ``checkpoint``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import open_clip
+import torch
+from PIL import Image
+
+from xmr.models.base import ModelSpec, RetrievalModel
+
+CONFIGS = Path(__file__).parent / "configs"
+open_clip.add_model_config(CONFIGS)
+
+
+def list_archs() -> list[str]:
+    """open_clip's built-in architectures and xmr's configs."""
+    return open_clip.list_models()
+
+
+class ClipModel(RetrievalModel):
+    """An open_clip ``CLIP`` / ``CustomTextCLIP`` with its eval transform and tokenizer."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        model: torch.nn.Module,
+        transform: Callable[[Image.Image], torch.Tensor],
+        tokenizer: Callable[[list[str]], torch.Tensor],
+    ):
+        config = open_clip.get_model_config(spec.arch)
+        super().__init__(spec, model, config["embed_dim"], config["vision_cfg"]["image_size"])
+        self._transform = transform
+        self._tokenizer = tokenizer
+
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        """Resize (shortest side), centre-crop, RGB, normalise: ``[3, S, S]`` float32."""
+        return self._transform(image)
+
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``[B, 3, S, S]`` -> ``[B, D]``."""
+        return self.module.encode_image(pixels)
+
+    def text_features(self, texts: Sequence[str]) -> torch.Tensor:
+        """``B`` strings -> ``[B, D]``; texts longer than the context length are truncated."""
+        return self.module.encode_text(self._tokenizer(list(texts)).to(self.device))
+
+
+def _fetch(arch: str, pretrained: str) -> None:
+    """Download (or find in the cache) the weights of ``pretrained``, with actionable errors."""
+    tags = open_clip.list_pretrained_tags_by_model(arch)
+    if pretrained not in tags:
+        choices = f"its tags are {tags}" if tags else "it has no pretrained weights"
+        raise ValueError(
+            f"unknown pretrained tag {pretrained!r} for clip arch {arch!r}: {choices}; "
+            "use --pretrained none for random init or --checkpoint PATH for local weights"
+        )
+    try:
+        open_clip.download_pretrained(open_clip.get_pretrained_cfg(arch, pretrained))
+    except Exception as exc:  # hub, HTTP and file errors vary by source: all mean "not fetched"
+        raise RuntimeError(
+            f"the pretrained weights {pretrained!r} of clip {arch!r} could not be fetched "
+            f"(no network or hub unreachable?): {exc}. Use --pretrained none for random init, "
+            "or --checkpoint PATH to load local weights."
+        ) from exc
+
+
+def build(spec: ModelSpec) -> ClipModel:
+    """Build ``spec.arch`` on CPU: random init, or the weights of ``spec.pretrained``."""
+    if spec.pretrained is not None:
+        _fetch(spec.arch, spec.pretrained)
+    model, _, transform = open_clip.create_model_and_transforms(
+        spec.arch, pretrained=spec.pretrained
+    )
+    return ClipModel(spec, model, transform, open_clip.get_tokenizer(spec.arch))

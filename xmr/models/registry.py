@@ -1,0 +1,97 @@
+"""The model zoo as data: family name -> the module that builds it.
+
+A family module defines ``build(spec: ModelSpec) -> RetrievalModel`` and
+``list_archs() -> list[str]``; it is imported on first use, so listing families or naming a spec
+costs no heavy import (open_clip alone takes seconds). Adding a family is one line in
+:data:`MODEL_FAMILIES`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from pathlib import Path
+from typing import Protocol, cast
+
+import torch
+
+from xmr.models.base import ModelSpec, RetrievalModel
+
+
+class ModelFamily(Protocol):
+    """What a family module provides."""
+
+    def build(self, spec: ModelSpec) -> RetrievalModel:
+        """Construct the model of ``spec`` on CPU (random init or pretrained weights)."""
+        ...
+
+    def list_archs(self) -> list[str]:
+        """The architecture names ``build`` accepts."""
+        ...
+
+
+MODEL_FAMILIES: dict[str, str] = {
+    "clip": "xmr.models.clip",
+}
+
+
+def _family(name: str) -> ModelFamily:
+    if name not in MODEL_FAMILIES:
+        raise ValueError(f"unknown model family {name!r}; choose from {list_models()}")
+    return cast(ModelFamily, importlib.import_module(MODEL_FAMILIES[name]))
+
+
+def list_models() -> list[str]:
+    """The model families, sorted."""
+    return sorted(MODEL_FAMILIES)
+
+
+def list_archs(family: str) -> list[str]:
+    """The architectures of ``family``, sorted. Raises ValueError for an unknown family."""
+    return sorted(_family(family).list_archs())
+
+
+def create_model(
+    spec_or_family: ModelSpec | str,
+    arch: str | None = None,
+    pretrained: str | None = None,
+    checkpoint: str | Path | None = None,
+    *,
+    device: str | torch.device = "cpu",
+    seed: int | None = 0,
+) -> RetrievalModel:
+    """Build a model from a :class:`ModelSpec`, or from its fields.
+
+    ``create_model(spec)`` or ``create_model("clip", arch="xmr-tiny", pretrained="none")``.
+    Randomly initialised weights are drawn under ``torch.manual_seed(seed)`` (the caller's RNG
+    state is restored afterwards), so a spec and seed always give the same model; ``seed=None``
+    draws from the current RNG. ``spec.checkpoint``, if any, is loaded after construction.
+
+    Raises:
+        ValueError: unknown family, architecture or pretrained tag, or a checkpoint that does not
+            fit (:class:`~xmr.models.base.CheckpointError`).
+        RuntimeError: pretrained weights could not be fetched.
+    """
+    if isinstance(spec_or_family, ModelSpec):
+        if arch is not None or pretrained is not None or checkpoint is not None:
+            raise ValueError("pass either a ModelSpec or family/arch/pretrained/checkpoint")
+        spec = spec_or_family
+    else:
+        if arch is None:
+            raise ValueError(f"arch is required; see list_archs({spec_or_family!r})")
+        spec = ModelSpec(spec_or_family, arch, pretrained, Path(checkpoint) if checkpoint else None)
+    family = _family(spec.family)
+    archs = family.list_archs()
+    if spec.arch not in archs:
+        close = difflib.get_close_matches(spec.arch, archs, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(
+            f"unknown {spec.family} arch {spec.arch!r}{hint}; choose from {sorted(archs)}"
+        )
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = family.build(spec)
+    if spec.checkpoint is not None:
+        model.load_checkpoint(spec.checkpoint)
+    return model.to(device)
