@@ -24,7 +24,7 @@ from xmr.eval.protocol import (
     planned_queries,
 )
 from xmr.metrics import Ranking, bias_at_k, odmap_at_k, recall_at_k
-from xmr.models import ModelSpec
+from xmr.models import ModelSpec, check_spec
 from xmr.pipeline import Resources
 from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
 from xmr.retrieval import topk_similarity
@@ -155,10 +155,15 @@ class _Encoder:
         stage = EncodeTexts(
             self.config.model, self.device, self.resources, self.config.batch_size, self.config.seed
         )
-        return run_stage([{"text": t} for t in texts], stage, actors=self.actors)["embedding"]
+        unique = list(dict.fromkeys(texts))  # captions repeat: encode each text once
+        position = {text: i for i, text in enumerate(unique)}
+        out = run_stage([{"text": t} for t in unique], stage, actors=self.actors)
+        return out["embedding"][[position[t] for t in texts]]
 
 
-def _odmap_set(config: EvalConfig, root: Path, records: list[ImageRecord], issues) -> ODmAPSet:
+def _odmap_set(
+    config: EvalConfig, root: Path, records: list[ImageRecord], issues: list[DataIssue]
+) -> ODmAPSet:
     """ODmAP queries and the all-splits caption gallery (see :mod:`xmr.eval.protocol`)."""
     if config.dataset == "toyworld":
         cfs = read_counterfactuals(root, config.split)
@@ -168,7 +173,7 @@ def _odmap_set(config: EvalConfig, root: Path, records: list[ImageRecord], issue
         present = [cf.kept for cf in cfs]
     else:
         queries, sources, removed, present = planned_queries(
-            records, alpha1=config.alpha1, alpha2=config.alpha2, alpha3=config.alpha3
+            records, issues, alpha1=config.alpha1, alpha2=config.alpha2, alpha3=config.alpha3
         )
     gallery_records = list(records)
     for split in _splits(config.dataset, root):
@@ -187,6 +192,7 @@ def _odmap_set(config: EvalConfig, root: Path, records: list[ImageRecord], issue
 
 def evaluate(config: EvalConfig, *, address: str | None = None) -> EvalResult:
     """Run one evaluation. Bad images are skipped and reported in ``EvalResult.skipped``."""
+    check_spec(config.model)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     root = config.data or default_toyworld(config.seed)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from xmr.data.errors import DataIssue
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
 from xmr.synth.fill import fill_telea
@@ -113,6 +114,7 @@ def caption_mentions(dataset: str, gallery_records: Sequence[ImageRecord]) -> li
 
 def planned_queries(
     records: Sequence[ImageRecord],
+    issues: list[DataIssue],
     *,
     alpha1: float = 0.4,
     alpha2: float = 0.8,
@@ -120,12 +122,18 @@ def planned_queries(
 ) -> tuple[list[ImageQuery], list[int], list[frozenset[str]], list[frozenset[str]]]:
     """ODmAP queries from removal plans (§3.1), to be inpainted before encoding.
 
-    Returns ``(queries, source_image_ids, removed, present)``, one entry per plan.
+    Returns ``(queries, source_image_ids, removed, present)``, one entry per plan. A record
+    whose boxes cannot be planned is skipped and recorded in ``issues``.
     """
     queries, sources, removed, present = [], [], [], []
     for record in records:
         objects = [(o.category, list(o.bbox)) for o in record.objects]
-        for plan in plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3):
+        try:
+            plans = plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3)
+        except ValueError as exc:
+            issues.append(DataIssue(f"image {record.image_id} ({record.path})", str(exc)))
+            continue
+        for plan in plans:
             boxes = tuple(o.bbox for o in record.objects if o.category in plan)
             queries.append(ImageQuery(record.path, boxes))
             sources.append(record.image_id)

@@ -8,12 +8,13 @@ Families are imported on first use (see :mod:`xmr.models.registry`).
 """
 
 from xmr.models.base import CheckpointError, ModelSpec, RetrievalModel, save_checkpoint
-from xmr.models.registry import create_model, list_archs, list_models
+from xmr.models.registry import check_spec, create_model, list_archs, list_models
 
 __all__ = [
     "CheckpointError",
     "ModelSpec",
     "RetrievalModel",
+    "check_spec",
     "create_model",
     "list_archs",
     "list_models",

@@ -51,6 +51,24 @@ def list_archs(family: str) -> list[str]:
     return sorted(_family(family).list_archs())
 
 
+def check_spec(spec: ModelSpec) -> ModelFamily:
+    """Fail fast, before any worker starts: unknown family or arch, or a missing checkpoint.
+
+    Returns the family module. Raises ValueError or FileNotFoundError naming what is wrong.
+    """
+    family = _family(spec.family)
+    archs = family.list_archs()
+    if spec.arch not in archs:
+        close = difflib.get_close_matches(spec.arch, archs, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ValueError(
+            f"unknown {spec.family} arch {spec.arch!r}{hint}; choose from {sorted(archs)}"
+        )
+    if spec.checkpoint is not None and not Path(spec.checkpoint).is_file():
+        raise FileNotFoundError(f"checkpoint {spec.checkpoint} does not exist")
+    return family
+
+
 def create_model(
     spec_or_family: ModelSpec | str,
     arch: str | None = None,
@@ -80,14 +98,7 @@ def create_model(
         if arch is None:
             raise ValueError(f"arch is required; see list_archs({spec_or_family!r})")
         spec = ModelSpec(spec_or_family, arch, pretrained, Path(checkpoint) if checkpoint else None)
-    family = _family(spec.family)
-    archs = family.list_archs()
-    if spec.arch not in archs:
-        close = difflib.get_close_matches(spec.arch, archs, n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(
-            f"unknown {spec.family} arch {spec.arch!r}{hint}; choose from {sorted(archs)}"
-        )
+    family = check_spec(spec)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)

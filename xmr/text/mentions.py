@@ -78,18 +78,18 @@ def phrase_classes(phrase: str, table: ClassWordTable) -> set[str]:
 def mentioned_classes_batch(captions: Iterable[str], table: ClassWordTable) -> list[set[str]]:
     """:func:`mentioned_classes` of many captions, in order.
 
-    Captions with no class word anywhere skip the tagger (the slow step): they cannot have a
-    matching noun phrase.
+    Each distinct caption is tagged once, and captions with no class word anywhere skip the
+    tagger (the slow step): they cannot have a matching noun phrase.
     """
     index = _index(table)
     captions = list(captions)
-    result: list[set[str]] = [set() for _ in captions]
-    candidates = [i for i, caption in enumerate(captions) if _match(_words(caption), index)]
-    phrases = noun_phrase_spans_batch(captions[i] for i in candidates)
-    for i, spans in zip(candidates, phrases, strict=True):
+    unique = list(dict.fromkeys(captions))
+    found: dict[str, set[str]] = {caption: set() for caption in unique}
+    candidates = [caption for caption in unique if _match(_words(caption), index)]
+    for caption, spans in zip(candidates, noun_phrase_spans_batch(candidates), strict=True):
         for _, _, text in spans:
-            result[i] |= _match(_words(text), index)
-    return result
+            found[caption] |= _match(_words(text), index)
+    return [set(found[caption]) for caption in captions]
 
 
 def mentioned_classes(caption: str, table: ClassWordTable) -> set[str]:
