@@ -1,0 +1,123 @@
+"""`xmr eval` end to end: real ToyWorld, Ray actors, open_clip model and MLflow store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from xmr.cli import app
+from xmr.models import create_model, save_checkpoint
+
+runner = CliRunner()
+MODEL_ARGS = ["--model", "clip", "--arch", "xmr-tiny", "--pretrained", "none"]
+
+
+@pytest.fixture(scope="module")
+def tiny_world(tmp_path_factory) -> Path:
+    """A small ToyWorld made through the CLI, as a user would."""
+    tmp = tmp_path_factory.mktemp("world")
+    config = tmp / "world.yaml"
+    config.write_text(yaml.safe_dump({"splits": {"train": 60, "val": 10, "test": 40}}))
+    result = runner.invoke(
+        app, ["data", "toyworld", "--out", str(tmp / "w"), "--config", str(config), "--seed", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    return tmp / "w"
+
+
+def _eval(args: list[str], tmp: Path) -> tuple[dict, str]:
+    """Run ``xmr eval`` with a private sqlite store; return the JSON and the printed output."""
+    out = tmp / "metrics.json"
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    result = runner.invoke(
+        app, ["eval", *args, "--output", str(out), "--tracking-uri", uri, "--batch-size", "32"]
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text()), result.output
+
+
+def test_help_lists_the_commands() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("eval", "data", "models"):
+        assert command in result.output
+
+
+def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, local_ray) -> None:
+    report, output = _eval(
+        ["--dataset", "toyworld", "--data", str(tiny_world), *MODEL_ARGS], tmp_path
+    )
+    metrics = report["metrics"]
+    for k in (1, 5, 10):
+        for name in ("recall_i2t", "recall_t2i", "odmap"):
+            assert 0.0 <= metrics[f"test/{name}_at_{k}"] <= 1.0
+        assert -1.0 <= metrics[f"test/bias_at_{k}"] <= 1.0
+    index = json.loads((tiny_world / "counterfactuals" / "index_test.json").read_text())
+    counts = report["counts"]
+    assert counts["images"] == 40 and counts["captions"] == 200
+    assert counts["odmap_queries"] == len(index)
+    assert counts["odmap_gallery"] == (60 + 10 + 40) * 5  # every caption of every split
+    assert counts["skipped"] == 0
+    assert "ODmAP" in output and "Recall i2t" in output
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["xmr/eval/toyworld"], output_format="list")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.params["model.arch"] == "xmr-tiny"
+    assert run.data.params["data.dataset"] == "toyworld"
+    assert run.data.metrics["test/odmap_at_5"] == pytest.approx(metrics["test/odmap_at_5"])
+    assert run.data.metrics["test/bias_at_10"] == pytest.approx(metrics["test/bias_at_10"])
+    artifacts = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id)}
+    assert {"metrics.json", "odmap_examples.png"} <= artifacts
+
+
+def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
+    tiny_world, tmp_path, local_ray
+) -> None:
+    args = ["--dataset", "toyworld", "--data", str(tiny_world), "--metrics", "recall,bias"]
+    plain, _ = _eval([*args, *MODEL_ARGS], tmp_path / "a")
+    checkpoint = save_checkpoint(tmp_path / "tiny.pt", create_model("clip", "xmr-tiny", seed=0))
+    loaded, _ = _eval([*args, *MODEL_ARGS, "--checkpoint", str(checkpoint)], tmp_path / "b")
+    assert loaded["metrics"] == pytest.approx(plain["metrics"])
+    assert loaded["config"]["model.checkpoint"] == str(checkpoint)
+
+
+def test_bad_images_are_skipped_and_named(tiny_world, tmp_path, local_ray) -> None:
+    world = tmp_path / "w"
+    shutil.copytree(tiny_world, world)
+    images = sorted((world / "test").glob("*.png"))
+    images[0].write_bytes(b"not a png")
+    images[1].write_bytes(images[2].read_bytes()[:200])  # truncated
+    images[3].unlink()
+    report, output = _eval(
+        ["--dataset", "toyworld", "--data", str(world), *MODEL_ARGS, "--metrics", "recall,bias"],
+        tmp_path,
+    )
+    skipped = [f"{s['item']}: {s['reason']}" for s in report["skipped"]]
+    for bad in (images[0], images[1], images[3]):
+        assert any(bad.name in line for line in skipped), (bad.name, skipped)
+    assert report["counts"]["images"] == 37
+    assert "skipped" in output
+
+
+def test_eval_on_real_coco_images_inpaints_odmap_queries(coco_mini, tmp_path, local_ray) -> None:
+    report, _ = _eval(
+        ["--dataset", "coco", "--data", str(coco_mini), "--split", "train", *MODEL_ARGS], tmp_path
+    )
+    counts = report["counts"]
+    assert counts["images"] == 80
+    assert counts["odmap_queries"] > 0
+    assert 0.0 <= report["metrics"]["train/odmap_at_1"] <= 1.0
+
+
+def test_unknown_arch_fails_before_starting_work(tmp_path) -> None:
+    result = runner.invoke(app, ["eval", "--arch", "xmr-huge", "--pretrained", "none"])
+    assert result.exit_code == 2
+    assert "unknown clip arch 'xmr-huge'" in result.output
