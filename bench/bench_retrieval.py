@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -41,6 +42,12 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (all threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _reset_peak() -> int:
     """Reset the resident high-water mark (Linux ``clear_refs`` 5); returns the RSS in KiB."""
     Path("/proc/self/clear_refs").write_text("5")
@@ -58,6 +65,7 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     gallery = embeddings(args.gallery, args.dim, seed=1)
     base = _reset_peak()
     result: dict[str, float] = {}
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     if args.worker == "chunked":
         topk_similarity(
@@ -68,15 +76,19 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
             gallery_chunk=args.gallery_chunk,
         )
         result["seconds"] = time.perf_counter() - start
+        result["cpu_seconds"] = _cpu_seconds() - cpu
     else:  # dense: one [Q, G] matmul, then the exact dense rank of it
         with torch.inference_mode():
             scores = torch.from_numpy(queries) @ torch.from_numpy(gallery).T
         result["seconds"] = time.perf_counter() - start
+        result["cpu_seconds"] = _cpu_seconds() - cpu
         result["matmul_peak_above_inputs_gib"] = (_status_kib("VmHWM") - base) / 2**20
         result["matmul_peak_rss_gib"] = _status_kib("VmHWM") / 2**20
+        cpu = _cpu_seconds()
         start = time.perf_counter()
         rank(scores, args.k)
         result["rank_seconds"] = time.perf_counter() - start
+        result["rank_cpu_seconds"] = _cpu_seconds() - cpu
     result["peak_above_inputs_gib"] = (_status_kib("VmHWM") - base) / 2**20
     result["peak_rss_gib"] = _status_kib("VmHWM") / 2**20
     return result
@@ -136,37 +148,37 @@ def main() -> None:
     if args.sweep:
         args.gallery = 65_536
     size = f"{args.queries} x {args.gallery:,} x {args.dim}-d float32, k={args.k}"
-    print(f"{size}; {machine()}\n")
+    print(f"{size}; {machine()}; load average {os.getloadavg()[0]:.2f}\n")
+    header = "| wall time (s) | CPU time (s) | peak above inputs (GiB) | peak RSS (GiB) |"
     if args.sweep:
-        print("| query_chunk | gallery_chunk | time (s) | peak above inputs (GiB) |")
-        print("|---:|---:|---:|---:|")
+        print("| query_chunk | gallery_chunk " + header)
+        print("|---:|---:|---:|---:|---:|---:|")
         for qc in SWEEP_QUERY_CHUNKS:
             for gc in SWEEP_GALLERY_CHUNKS:
                 r = run_variant(args, "chunked", query_chunk=qc, gallery_chunk=gc)
-                print(f"| {qc} | {gc} | {r['seconds']:.2f} | {r['peak_above_inputs_gib']:.3f} |")
-        return
+                print(f"| {qc} | {gc} " + _row(r["seconds"], r["cpu_seconds"], r))
+    else:
+        print("| variant " + header)
+        print("|---|---:|---:|---:|---:|")
+        chunks = {"query_chunk": args.query_chunk, "gallery_chunk": args.gallery_chunk}
+        r = run_variant(args, "chunked", **chunks)
+        label = "`topk_similarity` ({})".format(", ".join(f"{n}={v}" for n, v in chunks.items()))
+        print(f"| {label} " + _row(r["seconds"], r["cpu_seconds"], r))
+        if not args.skip_dense:
+            r = run_variant(args, "dense")
+            matmul = {"peak_above_inputs_gib": r["matmul_peak_above_inputs_gib"]}
+            matmul["peak_rss_gib"] = r["matmul_peak_rss_gib"]
+            print("| dense `q @ g.T` " + _row(r["seconds"], r["cpu_seconds"], matmul))
+            total = r["seconds"] + r["rank_seconds"], r["cpu_seconds"] + r["rank_cpu_seconds"]
+            print("| dense `q @ g.T` + `rank` " + _row(*total, r))
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
-    chunks = {"query_chunk": args.query_chunk, "gallery_chunk": args.gallery_chunk}
-    print("| variant | time (s) | peak above inputs (GiB) | peak RSS (GiB) |")
-    print("|---|---:|---:|---:|")
-    r = run_variant(args, "chunked", **chunks)
-    label = (
-        f"`topk_similarity` (query_chunk={args.query_chunk}, gallery_chunk={args.gallery_chunk})"
-    )
-    print(
-        f"| {label} | {r['seconds']:.1f} | {r['peak_above_inputs_gib']:.2f} "
-        f"| {r['peak_rss_gib']:.2f} |"
-    )
-    if args.skip_dense:
-        return
-    r = run_variant(args, "dense")
-    print(
-        f"| dense `q @ g.T` | {r['seconds']:.1f} | {r['matmul_peak_above_inputs_gib']:.2f} "
-        f"| {r['matmul_peak_rss_gib']:.2f} |"
-    )
-    print(
-        f"| dense `q @ g.T` + `rank` | {r['seconds'] + r['rank_seconds']:.1f} "
-        f"| {r['peak_above_inputs_gib']:.2f} | {r['peak_rss_gib']:.2f} |"
+
+def _row(seconds: float, cpu_seconds: float, memory: dict[str, float]) -> str:
+    """The timing and memory cells of one markdown table row."""
+    return (
+        f"| {seconds:.1f} | {cpu_seconds:.1f} | {memory['peak_above_inputs_gib']:.2f} "
+        f"| {memory['peak_rss_gib']:.2f} |"
     )
 
 

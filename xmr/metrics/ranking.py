@@ -103,8 +103,6 @@ def rank(scores: np.ndarray | torch.Tensor, k: int) -> Ranking:
         s = s.astype(np.float64)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if np.isnan(s).any():
-        raise ValueError("scores contain NaN, which has no rank")
     num_queries, num_gallery = s.shape
     top = min(k, num_gallery)
     indices = np.empty((num_queries, top), dtype=np.int64)
@@ -112,6 +110,8 @@ def rank(scores: np.ndarray | torch.Tensor, k: int) -> Ranking:
     block = max(1, _BLOCK_ELEMENTS // num_gallery)
     for start in range(0, num_queries, block):
         rows = s[start : start + block]
+        if np.isnan(rows).any():
+            raise ValueError("scores contain NaN, which has no rank")
         cols = _top_set(rows, top)
         vals = np.take_along_axis(rows, cols, axis=1)
         # ``cols`` ascends within a row, so a stable sort by -score breaks ties by lower index.
