@@ -105,7 +105,7 @@ def eval_command(
             seed=seed,
         )
         result = evaluate(config, address=address)
-    except (DataError, ValueError, FileNotFoundError) as exc:
+    except (DataError, ValueError, FileNotFoundError, LookupError) as exc:
         raise _fail(str(exc)) from exc
     print_report(result, config)
     if output:
