@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlflow
-import pytest
 
-from xmr.tracking import flatten_params, metric_name, resolve_tracking_uri, start_run
+from xmr.tracking import resolve_tracking_uri, start_run
 
 
 def test_tracking_uri_order(monkeypatch, tmp_path: Path) -> None:
@@ -17,23 +16,6 @@ def test_tracking_uri_order(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert resolve_tracking_uri() == "http://127.0.0.1:5000"
     assert resolve_tracking_uri("sqlite:///x.db") == "sqlite:///x.db"
-
-
-@pytest.mark.parametrize(
-    ("raw", "clean"),
-    [("test/recall@5", "test/recall_at_5"), ("odmap@1", "odmap_at_1"), ("a b.c:d", "a b.c:d")],
-)
-def test_metric_name(raw: str, clean: str) -> None:
-    assert metric_name(raw) == clean
-
-
-def test_flatten_params() -> None:
-    params = {"model": {"arch": "xmr-tiny", "pretrained": None}, "data": {"split": "test"}}
-    assert flatten_params(params) == {
-        "model.arch": "xmr-tiny",
-        "model.pretrained": "",
-        "data.split": "test",
-    }
 
 
 def test_start_run_puts_artifacts_beside_the_database(tmp_path: Path, monkeypatch) -> None:

@@ -11,16 +11,13 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import mlflow
 
 DEFAULT_DB = "mlflow.db"
-_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-.:/ ]")
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -39,23 +36,6 @@ def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
         return None
     db = Path(tracking_uri.removeprefix("sqlite:///"))
     return (db.parent / "mlartifacts" / experiment.replace("/", "_")).resolve().as_uri()
-
-
-def metric_name(name: str) -> str:
-    """A metric/param name MLflow accepts: ``recall@5`` -> ``recall_at_5``."""
-    return _BAD_NAME_CHARS.sub("_", name.replace("@", "_at_"))
-
-
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Flatten nested mappings into dotted, string-valued params (``{"model": {"arch": ..}}``)."""
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten_params(value, name))
-        else:
-            flat[name] = "" if value is None else str(value)
-    return flat
 
 
 @contextmanager

@@ -7,12 +7,11 @@ here force a full decode, and rely on ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` st
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from PIL import Image
 
-from xmr.data.errors import DataError, DataIssue
+from xmr.data.errors import DataError
 
 # What Pillow raises for unreadable files (UnidentifiedImageError is an OSError).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
@@ -33,24 +32,6 @@ def load_image(path: str | Path) -> Image.Image:
         raise DataError(f"{path}: image file not found") from exc
     except _DECODE_ERRORS as exc:
         raise DataError(f"{path}: cannot decode image ({exc})") from exc
-
-
-def load_images_checked(
-    paths: Iterable[str | Path],
-) -> tuple[list[Image.Image | None], list[DataIssue]]:
-    """Decode every path; a bad file gives ``None`` in its row and a :class:`DataIssue`.
-
-    For batch encoders: the rows stay aligned with ``paths`` so bad ones can be masked out.
-    """
-    images: list[Image.Image | None] = []
-    issues: list[DataIssue] = []
-    for path in paths:
-        try:
-            images.append(load_image(path))
-        except DataError as exc:
-            images.append(None)
-            issues.append(DataIssue(str(path), str(exc)))
-    return images, issues
 
 
 def image_size(path: str | Path) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from xmr.eval.protocol import (
     neutral_queries,
     planned_queries,
 )
-from xmr.metrics import Ranking, bias_at_k, odmap_at_k, recall_at_k
+from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_at_k
 from xmr.models import ModelSpec, check_spec
 from xmr.pipeline import Resources
 from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
@@ -277,23 +277,22 @@ def _examples(
 ) -> list[RetrievalExample]:
     """A seeded sample of ODmAP queries with their top captions and whether each is relevant."""
     rng = np.random.default_rng(seed)
-    picks = rng.choice(len(query_index), size=min(n, len(query_index)), replace=False)
-    examples = []
-    for row in sorted(picks):
-        q = int(query_index[row])
-        hits = [int(g) for g in ranking.indices[row, :top]]
-        relevant = [
-            not (odmap.gallery_mentions[g] & odmap.removed[q])
-            and bool(odmap.gallery_mentions[g] & odmap.present[q])
-            for g in hits
-        ]
-        examples.append(
-            RetrievalExample(
-                odmap.queries[q],
-                sorted(odmap.removed[q]),
-                sorted(odmap.present[q]),
-                [odmap.gallery[g] for g in hits],
-                relevant,
-            )
+    rows = np.sort(rng.choice(len(query_index), size=min(n, len(query_index)), replace=False))
+    queries = [int(query_index[row]) for row in rows]
+    hits = ranking.indices[rows, :top]
+    relevant = odmap_relevance(
+        hits,
+        odmap.gallery_mentions,
+        [odmap.removed[q] for q in queries],
+        [odmap.present[q] for q in queries],
+    )
+    return [
+        RetrievalExample(
+            odmap.queries[q],
+            sorted(odmap.removed[q]),
+            sorted(odmap.present[q]),
+            [odmap.gallery[int(g)] for g in row_hits],
+            row_relevant.tolist(),
         )
-    return examples
+        for q, row_hits, row_relevant in zip(queries, hits, relevant, strict=True)
+    ]

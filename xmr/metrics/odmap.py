@@ -20,6 +20,29 @@ from xmr.metrics.average_precision import average_precision_at_k
 from xmr.metrics.ranking import Ranking, as_ranking, check_ks
 
 
+def odmap_relevance(
+    ranked: np.ndarray,
+    gallery_mentions: Sequence[AbstractSet[str]],
+    removed: Sequence[AbstractSet[str]],
+    present: Sequence[AbstractSet[str]],
+) -> np.ndarray:
+    """Whether each ranked caption is correct for its query: ``[Q, K]`` bool.
+
+    ``ranked`` holds gallery indices ``[Q, K]``. Caption g is correct for query q iff it mentions
+    no class of ``removed[q]`` and at least one class of ``present[q]`` (odmap paper §3.2).
+    """
+    return np.array(
+        [
+            [
+                gallery_mentions[g].isdisjoint(gone) and not gallery_mentions[g].isdisjoint(kept)
+                for g in row
+            ]
+            for row, gone, kept in zip(np.asarray(ranked).tolist(), removed, present, strict=True)
+        ],
+        dtype=bool,
+    ).reshape(np.shape(ranked))
+
+
 def odmap_at_k(
     scores: np.ndarray | torch.Tensor | Ranking,
     gallery_mentions: Sequence[AbstractSet[str]],
@@ -47,15 +70,5 @@ def odmap_at_k(
             f"{len(removed)} removed and {len(present)} present sets for "
             f"{ranking.num_queries} queries"
         )
-    top = ranking.top(max(ks))
-    relevant = np.array(
-        [
-            [
-                gallery_mentions[g].isdisjoint(gone) and not gallery_mentions[g].isdisjoint(kept)
-                for g in row
-            ]
-            for row, gone, kept in zip(top.tolist(), removed, present, strict=True)
-        ],
-        dtype=bool,
-    ).reshape(top.shape)
+    relevant = odmap_relevance(ranking.top(max(ks)), gallery_mentions, removed, present)
     return {k: float(average_precision_at_k(relevant[:, :k]).mean()) for k in ks}
