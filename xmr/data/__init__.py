@@ -5,7 +5,7 @@ from xmr.data.errors import DataError, DataIssue
 from xmr.data.flickr30k import read_flickr30k
 from xmr.data.images import load_image
 from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
-from xmr.data.registry import DATASETS, read_dataset
+from xmr.data.registry import DATASETS, dataset_splits, read_dataset
 from xmr.data.toyworld_reader import Counterfactual, read_counterfactuals, read_toyworld
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "EntityPhrase",
     "ImageRecord",
     "ObjectAnnotation",
+    "dataset_splits",
     "load_image",
     "read_coco",
     "read_counterfactuals",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,3 +32,20 @@ def read_dataset(
     if name not in _READERS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     return _READERS[name](root, split, issues=issues)
+
+
+def dataset_splits(name: str, root: str | Path) -> list[str]:
+    """The splits of dataset ``name`` at ``root``, sorted (the ODmAP gallery spans all of them).
+
+    COCO and ToyWorld: every ``annotations/captions_{split}[year].json``; Flickr30k: the Karpathy
+    splits.
+    """
+    if name == "flickr30k":
+        return ["test", "train", "val"]
+    pattern = re.compile(r"captions_([a-z]+?)(?:\d{4})?\.json")
+    found = {
+        m.group(1)
+        for p in (Path(root) / "annotations").glob("captions_*.json")
+        if (m := pattern.fullmatch(p.name))
+    }
+    return sorted(found)

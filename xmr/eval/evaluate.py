@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from xmr.data import DataIssue, read_counterfactuals, read_dataset
+from xmr.data import DataIssue, dataset_splits, read_counterfactuals, read_dataset
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
 from xmr.eval.encoders import EncodeImages, EncodeTexts
@@ -107,18 +106,6 @@ class EvalResult:
         }
 
 
-def _splits(dataset: str, root: Path) -> list[str]:
-    """Every split of a dataset folder (the ODmAP gallery spans all of them)."""
-    if dataset == "flickr30k":
-        return ["train", "val", "test"]
-    found = {
-        m.group(1)
-        for p in (root / "annotations").glob("captions_*.json")
-        if (m := re.fullmatch(r"captions_([a-z]+?)(?:\d{4})?\.json", p.name))
-    }
-    return sorted(found)
-
-
 def _resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if cluster_gpus() > 0 else "cpu"
@@ -176,7 +163,7 @@ def _odmap_set(
             records, issues, alpha1=config.alpha1, alpha2=config.alpha2, alpha3=config.alpha3
         )
     gallery_records = list(records)
-    for split in _splits(config.dataset, root):
+    for split in dataset_splits(config.dataset, root):
         if split != config.split:
             gallery_records += read_dataset(config.dataset, root, split, issues=issues)
     gallery = [text for record in gallery_records for text in record.caption_texts]
