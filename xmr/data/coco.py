@@ -152,7 +152,7 @@ def _objects(
         try:
             bbox = clip_box(ann.get("bbox"), image["width"], image["height"])
         except ValueError as exc:
-            report(DataIssue(item, str(exc)), issues)
+            report(DataIssue(item, str(exc), image_id=int(image["id"])), issues)
             continue
         attributes = ann.get("attributes", {})
         if not isinstance(attributes, dict):

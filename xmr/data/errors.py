@@ -10,10 +10,15 @@ class DataError(ValueError):
 
 
 class DataIssue(NamedTuple):
-    """A bad item a batch job skipped: ``item`` names it (file, image id, annotation id)."""
+    """A bad item a batch job skipped: ``item`` names it (file, image id, annotation id).
+
+    ``image_id`` is set when the skipped item is an object annotation of an image that was kept
+    without it: jobs that must see every object of an image (removing a class) skip that image.
+    """
 
     item: str
     reason: str
+    image_id: int | None = None
 
 
 def report(issue: DataIssue, issues: list[DataIssue] | None) -> None:

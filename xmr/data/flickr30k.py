@@ -147,6 +147,7 @@ def _objects(
     boxes: list[tuple[list[str], VocBox]],
     entity_types: dict[str, str],
     size: tuple[int, int],
+    image_id: int,
     item: str,
     issues: list[DataIssue] | None,
 ) -> list[ObjectAnnotation]:
@@ -164,7 +165,7 @@ def _objects(
             try:
                 bbox = clip_box(_voc_to_coco(coords), *size)
             except ValueError as exc:
-                report(DataIssue(entity, str(exc)), issues)
+                report(DataIssue(entity, str(exc), image_id=image_id), issues)
                 continue
             objects.append(ObjectAnnotation(category, bbox, {"entity_id": entity_id}))
     return objects
@@ -221,7 +222,7 @@ def _image_record(
         for caption in captions:
             for phrase in caption.phrases:
                 entity_types.setdefault(phrase.entity_id, phrase.types[0])
-        objects = _objects(boxes, entity_types, size, f"{xml_file}: {item}", issues)
+        objects = _objects(boxes, entity_types, size, image_id, f"{xml_file}: {item}", issues)
     return ImageRecord(
         image_id=image_id,
         path=path,

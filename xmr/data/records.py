@@ -65,3 +65,48 @@ class ImageRecord:
     def categories(self) -> frozenset[str]:
         """The distinct object categories of the image."""
         return frozenset(o.category for o in self.objects)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (how records travel between pipeline workers)."""
+        return {
+            "image_id": self.image_id,
+            "path": str(self.path),
+            "width": self.width,
+            "height": self.height,
+            "captions": [
+                {
+                    "id": c.id,
+                    "text": c.text,
+                    "phrases": [[p.text, list(p.types), p.entity_id] for p in c.phrases],
+                }
+                for c in self.captions
+            ],
+            "objects": [
+                {"category": o.category, "bbox": list(o.bbox), "attributes": dict(o.attributes)}
+                for o in self.objects
+            ],
+            "split": self.split,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> ImageRecord:
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            image_id=data["image_id"],
+            path=Path(data["path"]),
+            width=int(data["width"]),
+            height=int(data["height"]),
+            captions=tuple(
+                Caption(
+                    id=int(c["id"]),
+                    text=c["text"],
+                    phrases=tuple(EntityPhrase(t, tuple(types), e) for t, types, e in c["phrases"]),
+                )
+                for c in data["captions"]
+            ),
+            objects=tuple(
+                ObjectAnnotation(o["category"], tuple(o["bbox"]), dict(o["attributes"]))
+                for o in data["objects"]
+            ),
+            split=data["split"],
+        )

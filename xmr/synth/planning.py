@@ -106,6 +106,22 @@ def class_masks(objects: Objects, width: int, height: int) -> dict[str, np.ndarr
     return masks
 
 
+def box_mask(boxes: Sequence[Box], width: int, height: int) -> np.ndarray:
+    """``[height, width]`` bool: the union of ``[x, y, w, h]`` boxes (see :func:`pixel_box`).
+
+    Raises:
+        ValueError: a malformed box or a non-positive image size.
+    """
+    _check_size(width, height)
+    mask = np.zeros((height, width), dtype=bool)
+    for box in boxes:
+        pixels = pixel_box(box, width, height)
+        if pixels is not None:
+            x0, y0, x1, y1 = pixels
+            mask[y0:y1, x0:x1] = True
+    return mask
+
+
 def removal_mask(objects: Objects, classes: Collection[str], width: int, height: int) -> np.ndarray:
     """The region to fill when removing ``classes``: the union of their boxes.
 
@@ -114,12 +130,7 @@ def removal_mask(objects: Objects, classes: Collection[str], width: int, height:
     """
     if isinstance(classes, str):  # "person" would match every substring of it
         raise TypeError(f"classes must be a collection of class names, got the str {classes!r}")
-    mask = np.zeros((height, width), dtype=bool)
-    for category, boxes in _pixel_boxes(objects, width, height).items():
-        if category in classes:
-            for x0, y0, x1, y1 in boxes:
-                mask[y0:y1, x0:x1] = True
-    return mask
+    return box_mask([box for category, box in objects if category in classes], width, height)
 
 
 def _grid_masks(
