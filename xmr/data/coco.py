@@ -128,7 +128,7 @@ def _captions(
         text = ann.get("caption")
         if not isinstance(text, str) or not has_words(text):
             item = f"{source}: image {image_id}, caption {ann['id']}"
-            report(DataIssue(item, f"caption {text!r} has no words"), issues)
+            report(DataIssue(item, f"caption {text!r} has no words", image_id), issues)
             continue
         captions.append(Caption(id=int(ann["id"]), text=text.strip()))
     return captions
@@ -147,16 +147,21 @@ def _objects(
         item = f"{source}: image {image['id']}, annotation {ann['id']}"
         name = categories.get(ann.get("category_id"))
         if name is None:
-            report(DataIssue(item, f"unknown category id {ann.get('category_id')!r}"), issues)
+            report(
+                DataIssue(item, f"unknown category id {ann.get('category_id')!r}", image["id"]),
+                issues,
+            )
             continue
         try:
             bbox = clip_box(ann.get("bbox"), image["width"], image["height"])
         except ValueError as exc:
-            report(DataIssue(item, str(exc), image_id=int(image["id"])), issues)
+            report(DataIssue(item, str(exc), image["id"]), issues)
             continue
         attributes = ann.get("attributes", {})
         if not isinstance(attributes, dict):
-            report(DataIssue(item, f"attributes {attributes!r} is not an object"), issues)
+            report(
+                DataIssue(item, f"attributes {attributes!r} is not an object", image["id"]), issues
+            )
             continue
         objects.append(ObjectAnnotation(category=name, bbox=bbox, attributes=dict(attributes)))
     return objects
@@ -196,15 +201,17 @@ def read_coco(
             and _is_size(image.get("width"))
             and _is_size(image.get("height"))
         ):
-            report(DataIssue(item, "image entry needs file_name, width and height"), issues)
+            report(
+                DataIssue(item, "image entry needs file_name, width and height", image_id), issues
+            )
             continue
         path = image_dir / file_name
         if not path.is_file():
-            report(DataIssue(item, f"image file {path} is missing"), issues)
+            report(DataIssue(item, f"image file {path} is missing", image_id), issues)
             continue
         caps = _captions(captions.imgToAnns.get(image_id, []), image_id, captions_file, issues)
         if not caps:
-            report(DataIssue(item, "image has no usable caption"), issues)
+            report(DataIssue(item, "image has no usable caption", image_id), issues)
             continue
         objects = _objects(
             instances.imgToAnns.get(image_id, []), image, categories, instances_file, issues

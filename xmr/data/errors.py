@@ -12,8 +12,8 @@ class DataError(ValueError):
 class DataIssue(NamedTuple):
     """A bad item a batch job skipped: ``item`` names it (file, image id, annotation id).
 
-    ``image_id`` is set when the skipped item is an object annotation of an image that was kept
-    without it: jobs that must see every object of an image (removing a class) skip that image.
+    ``image_id`` names the image the item belongs to, when the reader knows it: jobs that must
+    see every annotation of an image (removing a class) leave out the images with an issue.
     """
 
     item: str

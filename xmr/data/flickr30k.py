@@ -185,7 +185,7 @@ def _image_record(
     item = f"image {image_id}"
     path = root / "flickr30k-images" / filename
     if not path.is_file():
-        report(DataIssue(f"{source}: {item}", f"image file {path} is missing"), issues)
+        report(DataIssue(f"{source}: {item}", f"image file {path} is missing", image_id), issues)
         return None
 
     sentences_file = root / "Sentences" / f"{Path(filename).stem}.txt"
@@ -204,7 +204,7 @@ def _image_record(
             continue
         captions.append(Caption(id=sent_id, text=text, phrases=phrases))
     if not captions:
-        report(DataIssue(f"{source}: {item}", "image has no usable caption"), issues)
+        report(DataIssue(f"{source}: {item}", "image has no usable caption", image_id), issues)
         return None
 
     xml_file = root / "Annotations" / f"{Path(filename).stem}.xml"
@@ -214,7 +214,7 @@ def _image_record(
             size, boxes = _read_annotation(xml_file)
         size = size or image_size(path)
     except (ValueError, DataError) as exc:
-        report(DataIssue(f"{xml_file}: {item}", str(exc)), issues)
+        report(DataIssue(f"{xml_file}: {item}", str(exc), image_id), issues)
         return None
     objects: list[ObjectAnnotation] = []
     if entity_lines is not None:
