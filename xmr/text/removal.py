@@ -7,7 +7,7 @@ paper's, the result may be ungrammatical; only whitespace and punctuation are ti
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from xmr.text.class_words import ClassWordTable
 from xmr.text.mentions import phrase_classes
@@ -29,6 +29,28 @@ def _tidy(text: str) -> str:
     return _TRAILING_SEPARATORS.sub("", text)
 
 
+def cut_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """``text`` without the character ``spans`` ``(start, end)`` (sorted, non-overlapping).
+
+    Whitespace is collapsed, separators left dangling by a cut are dropped, and an upper-case
+    first letter stays upper-case. With no spans ``text`` comes back unchanged.
+
+    >>> cut_spans("Two dogs fighting over a frisbee", [(23, 32)])
+    'Two dogs fighting over'
+    """
+    kept, position = [], 0
+    for start, end in spans:
+        kept.append(text[position:start])
+        position = end
+    if not kept:
+        return text
+    kept.append(text[position:])
+    result = _tidy(" ".join(kept))
+    if text.lstrip()[:1].isupper():
+        result = result[:1].upper() + result[1:]
+    return result
+
+
 def remove_noun_phrases(caption: str, classes: Collection[str], table: ClassWordTable) -> str:
     """``caption`` without the noun phrases that name any of ``classes`` (words from ``table``).
 
@@ -40,19 +62,11 @@ def remove_noun_phrases(caption: str, classes: Collection[str], table: ClassWord
     'Two dogs fighting over'
     """
     wanted = set(classes)
-    cuts = [
-        (start, end)
-        for start, end, text in noun_phrase_spans(caption)
-        if phrase_classes(text, table) & wanted
-    ]
-    if not cuts:
-        return caption
-    kept, position = [], 0
-    for start, end in cuts:
-        kept.append(caption[position:start])
-        position = end
-    kept.append(caption[position:])
-    text = _tidy(" ".join(kept))
-    if caption.lstrip()[:1].isupper():
-        text = text[:1].upper() + text[1:]
-    return text
+    return cut_spans(
+        caption,
+        [
+            (start, end)
+            for start, end, text in noun_phrase_spans(caption)
+            if phrase_classes(text, table) & wanted
+        ],
+    )
