@@ -26,8 +26,8 @@ BLUR_SIGMA_FRACTION = 0.1
 """Gaussian sigma of :func:`fill_blur` as a fraction of ``max(H, W)`` (12.8 px at 128 px)."""
 
 
-def _checked_copy(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Validate a fill's inputs and return a copy of ``image`` to write the fill into.
+def check_fill_inputs(image: np.ndarray, mask: np.ndarray) -> None:
+    """Check the inputs every fill backend takes.
 
     Raises:
         ValueError: ``image`` is not ``[H, W, 3]`` uint8, or ``mask`` is not ``[H, W]`` bool.
@@ -38,6 +38,11 @@ def _checked_copy(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
         raise ValueError(f"mask shape {mask.shape} does not match image {image.shape[:2]}")
     if mask.dtype != np.bool_:
         raise ValueError(f"expected a bool mask, got {mask.dtype}")
+
+
+def _checked_copy(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """:func:`check_fill_inputs`, then a copy of ``image`` to write the fill into."""
+    check_fill_inputs(image, mask)
     return image.copy()
 
 
