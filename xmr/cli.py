@@ -115,5 +115,114 @@ def eval_command(
     typer.echo(f"MLflow run {run_id} in experiment xmr/eval/{dataset}")
 
 
+def synth_command(
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file of options (flags override it).")
+    ] = None,
+    dataset: Annotated[str | None, typer.Option(help="toyworld | coco | flickr30k")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Dataset folder; default: the embedded ToyWorld.")
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Split to synthesize from [train].")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Output folder [xmr-synth/<dataset>-<split>].")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N images.")] = None,
+    alpha1: Annotated[
+        float | None, typer.Option(help="Max share of a kept class hidden [0.4].")
+    ] = None,
+    alpha2: Annotated[
+        float | None, typer.Option(help="Share under a removed class that removes it too [0.8].")
+    ] = None,
+    alpha3: Annotated[
+        float | None, typer.Option(help="Max removed share of the image [0.7].")
+    ] = None,
+    captions_per_image: Annotated[
+        str | None, typer.Option(help="Captions paired with each removal: N or 'all' [1].")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of every random choice [0].")] = None,
+    fill: Annotated[str | None, typer.Option(help="telea | ns | zero | mean | blur | sd")] = None,
+    sd_model: Annotated[
+        str | None, typer.Option(help="Stable Diffusion inpainting repo id or local folder.")
+    ] = None,
+    sd_steps: Annotated[int | None, typer.Option(help="Diffusion steps [25].")] = None,
+    sd_guidance: Annotated[float | None, typer.Option(help="Guidance scale [7.5].")] = None,
+    sd_resolution: Annotated[int | None, typer.Option(help="SD working size in px [512].")] = None,
+    caption: Annotated[
+        str | None, typer.Option(help="np-removal | prompt | captioner [np-removal]")
+    ] = None,
+    captioner_model: Annotated[
+        str | None, typer.Option(help="Image-captioning repo id or local folder.")
+    ] = None,
+    boxes: Annotated[
+        str | None, typer.Option(help="gt (annotations) | groundingdino (detections) [gt]")
+    ] = None,
+    detector_model: Annotated[
+        str | None, typer.Option(help="GroundingDINO repo id or local folder.")
+    ] = None,
+    box_threshold: Annotated[float | None, typer.Option(help="Detection score threshold.")] = None,
+    text_threshold: Annotated[float | None, typer.Option(help="Phrase score threshold.")] = None,
+    rows_per_shard: Annotated[
+        int | None, typer.Option(help="Rows per Parquet shard [256].")
+    ] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS or local Ray).")
+    ] = None,
+    num_cpus: Annotated[int | None, typer.Option(help="CPUs for a local Ray.")] = None,
+    plan_actors: Annotated[int | None, typer.Option(help="Planning actors.")] = None,
+    detect_actors: Annotated[int | None, typer.Option(help="Detection actors.")] = None,
+    fill_actors: Annotated[int | None, typer.Option(help="Fill actors.")] = None,
+    caption_actors: Annotated[int | None, typer.Option(help="Caption actors.")] = None,
+    gpus_per_actor: Annotated[
+        float | None, typer.Option(help="GPUs per actor of a GPU stage (sd, captioner) [1].")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Rows per batch [32].")] = None,
+    max_error_rate: Annotated[
+        float | None, typer.Option(help="Exit non-zero above this share of failed rows [0.01].")
+    ] = None,
+    progress: Annotated[bool | None, typer.Option(help="Progress bars.")] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    ] = None,
+    run_name: Annotated[str | None, typer.Option(help="MLflow run name.")] = None,
+    mlflow: Annotated[bool | None, typer.Option(help="Log the build to MLflow.")] = None,
+) -> None:
+    """Build D′: remove co-occurring objects from images and their captions, on Ray Data.
+
+    Rerunning with the same options and --out resumes an interrupted build.
+    """
+    overrides = {k: v for k, v in locals().items() if k not in {"config", "mlflow"}}
+    overrides["log_mlflow"] = mlflow
+    from xmr.data import DataError
+    from xmr.synth.build import synthesize
+    from xmr.synth.config import load_configs
+    from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
+
+    try:
+        synth_config, runtime = load_configs(config, overrides)
+        result = synthesize(synth_config, runtime)
+    except (DataError, ValueError, FileNotFoundError, LookupError) as exc:
+        raise _fail(str(exc)) from exc
+    save_sample_grid(result.out, result.out / SAMPLES, seed=synth_config.seed)
+    print_summary(result)
+    if runtime.log_mlflow:
+        run_id = log_to_mlflow(result, synth_config, runtime)
+        typer.echo(f"MLflow run {run_id} in experiment xmr/synth/{synth_config.dataset}")
+    if result.error_rate > runtime.max_error_rate:
+        manifest = result.manifest
+        typer.secho(
+            f"error: {manifest['errors']} of {manifest['planned']} rows failed "
+            f"({result.error_rate:.1%} > --max-error-rate {runtime.max_error_rate:.1%}); "
+            f"reasons in {result.out / 'errors.parquet'}",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(code=1)
+
+
+app.command("synth")(synth_command)
+
+
 if __name__ == "__main__":
     app()

@@ -18,7 +18,6 @@ from xmr.eval.protocol import (
     ImageQuery,
     ODmAPSet,
     RetrievalSet,
-    caption_mentions,
     neutral_queries,
     planned_queries,
 )
@@ -27,6 +26,7 @@ from xmr.models import ModelSpec, check_spec
 from xmr.pipeline import Resources
 from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
 from xmr.retrieval import topk_similarity
+from xmr.text import caption_mentions
 
 METRIC_GROUPS = ("recall", "odmap", "bias")
 

@@ -25,10 +25,7 @@ from xmr.data.records import ImageRecord
 from xmr.synth.fill import fill_telea
 from xmr.synth.planning import plan_removals, removal_mask
 from xmr.text import (
-    COCO_CLASS_WORDS,
-    FLICKR30K_ODMAP_CLASSES,
     image_gender,
-    mentioned_classes_batch,
     neutralize,
 )
 
@@ -93,23 +90,6 @@ def record_gender(record: ImageRecord) -> str:
     if genders:
         return genders.pop() if len(genders) == 1 else "neutral"
     return image_gender(record.caption_texts)
-
-
-def caption_mentions(dataset: str, gallery_records: Sequence[ImageRecord]) -> list[set[str]]:
-    """Class mentions of every caption of ``gallery_records``, in caption order.
-
-    COCO and ToyWorld: noun phrases matched against the COCO class-word table (odmap appendix A).
-    Flickr30k: the annotated entity types of the caption's phrases (odmap §4.1).
-    """
-    if dataset == "flickr30k":
-        wanted = set(FLICKR30K_ODMAP_CLASSES)
-        return [
-            {t for phrase in caption.phrases for t in phrase.types if t in wanted}
-            for record in gallery_records
-            for caption in record.captions
-        ]
-    texts = [text for record in gallery_records for text in record.caption_texts]
-    return mentioned_classes_batch(texts, COCO_CLASS_WORDS)
 
 
 def planned_queries(

@@ -41,12 +41,31 @@ class _StageActor:
         return self.stage.process(batch)
 
 
+def _run_task(batch: Batch, stage: Stage) -> Batch:
+    """Ray Data task function for a stage without state worth keeping."""
+    return stage.run_local(batch)
+
+
 def map_stage(ds: ray.data.Dataset, stage: Stage, *, actors: int) -> ray.data.Dataset:
-    """Append ``stage`` to ``ds``: a pool of ``actors`` workers with the stage's resources."""
+    """Append ``stage`` to ``ds``: ``actors`` parallel workers with the stage's resources.
+
+    A stage that :attr:`~xmr.pipeline.stage.Stage.needs_actor` gets a pool of that many actors
+    (set up once each); any other runs as at most that many concurrent tasks.
+    """
+    if stage.needs_actor:
+        return ds.map_batches(
+            _StageActor,
+            fn_constructor_kwargs={"stage": stage},
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=stage.resources.cpus,
+            num_gpus=stage.resources.gpus,
+            batch_size=stage.batch_size,
+            batch_format="numpy",
+        )
     return ds.map_batches(
-        _StageActor,
-        fn_constructor_kwargs={"stage": stage},
-        compute=ray.data.ActorPoolStrategy(size=actors),
+        _run_task,
+        fn_kwargs={"stage": stage},
+        compute=ray.data.TaskPoolStrategy(size=actors),
         num_cpus=stage.resources.cpus,
         num_gpus=stage.resources.gpus,
         batch_size=stage.batch_size,

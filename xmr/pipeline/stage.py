@@ -30,6 +30,13 @@ class Stage(ABC):
     #: Short name used in progress bars, logs and error records.
     name: str = "stage"
 
+    @property
+    def needs_actor(self) -> bool:
+        """True when :meth:`setup` loads state worth keeping (a model): the stage then runs in
+        long-lived actors. Stateless stages run as tasks on Ray's pooled, already-warm workers,
+        which start in milliseconds instead of seconds."""
+        return True
+
     def __init__(self, resources: Resources | None = None, batch_size: int = 64) -> None:
         self.resources = resources or Resources()
         self.batch_size = batch_size

@@ -16,7 +16,12 @@ from xmr.text.gender import (
     image_gender,
     neutralize,
 )
-from xmr.text.mentions import mentioned_classes, mentioned_classes_batch, phrase_classes
+from xmr.text.mentions import (
+    caption_mentions,
+    mentioned_classes,
+    mentioned_classes_batch,
+    phrase_classes,
+)
 from xmr.text.noun_phrases import (
     NP_GRAMMAR,
     noun_phrase_spans,
@@ -37,6 +42,7 @@ __all__ = [
     "ClassWordTable",
     "Gender",
     "caption_gender",
+    "caption_mentions",
     "image_gender",
     "mentioned_classes",
     "mentioned_classes_batch",

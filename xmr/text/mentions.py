@@ -13,10 +13,11 @@ mentions *wine glass*, not *cup* (whose words include "glass").
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from xmr.text.class_words import ClassWordTable
+from xmr.data.records import ImageRecord
+from xmr.text.class_words import COCO_CLASS_WORDS, FLICKR30K_ODMAP_CLASSES, ClassWordTable
 from xmr.text.noun_phrases import noun_phrase_spans_batch
 
 _WORD = re.compile(r"[^\W_]+")
@@ -99,3 +100,20 @@ def mentioned_classes(caption: str, table: ClassWordTable) -> set[str]:
     ['dog', 'frisbee']
     """
     return mentioned_classes_batch([caption], table)[0]
+
+
+def caption_mentions(dataset: str, records: Sequence[ImageRecord]) -> list[set[str]]:
+    """Class mentions of every caption of ``records``, in record then caption order.
+
+    COCO and ToyWorld: noun phrases matched against the COCO class-word table (odmap appendix A).
+    Flickr30k: the annotated entity types of the caption's phrases (odmap §4.1).
+    """
+    if dataset == "flickr30k":
+        wanted = set(FLICKR30K_ODMAP_CLASSES)
+        return [
+            {t for phrase in caption.phrases for t in phrase.types if t in wanted}
+            for record in records
+            for caption in record.captions
+        ]
+    texts = [text for record in records for text in record.caption_texts]
+    return mentioned_classes_batch(texts, COCO_CLASS_WORDS)

@@ -1,0 +1,142 @@
+"""`python -m xmr.synth` as users run it: killed mid-way and rerun, and through `ray job submit`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import NLTK_DATA, REPO
+
+from xmr.data.synthetic import read_manifest, read_synthetic
+
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update({"NLTK_DATA": str(NLTK_DATA), "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _rows(out: Path) -> list[tuple]:
+    return [(p.key, p.image, p.caption) for p in read_synthetic(out)]
+
+
+def _synth_args(world: Path, out: Path) -> list[str]:
+    return [
+        "--data", str(world), "--out", str(out), "--rows-per-shard", "4", "--batch-size", "4",
+        "--caption", "prompt", "--fill", "ns", "--no-progress", "--no-mlflow", "--num-cpus", "2",
+    ]  # fmt: skip
+
+
+def _kill_tree(process: psutil.Process) -> None:
+    family = [process, *process.children(recursive=True)]
+    for p in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(family, timeout=30)
+
+
+def test_killed_build_resumes_to_the_uninterrupted_output(small_toyworld, tmp_path) -> None:
+    command = [sys.executable, "-m", "xmr.synth"]
+    reference = tmp_path / "reference"
+    done = subprocess.run(
+        [*command, *_synth_args(small_toyworld, reference)], env=_env(), capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    total = read_manifest(reference)["counts"]["shards"]
+
+    out = tmp_path / "out"
+    driver = subprocess.Popen(
+        [*command, *_synth_args(small_toyworld, out)], env=_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    shards: list[Path] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and driver.poll() is None:
+        shards = list((out / "data").glob("part-*.parquet"))
+        if shards:
+            break
+        time.sleep(0.02)
+    _kill_tree(psutil.Process(driver.pid))  # the driver and the local Ray it started
+    committed = len(list((out / "data").glob("part-*.parquet")))
+    assert 0 < committed < total, f"kill landed at {committed}/{total} shards"
+    assert not (out / "manifest.json").exists()
+
+    rerun = subprocess.run(
+        [*command, *_synth_args(small_toyworld, out)], env=_env(), capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert rerun.returncode in (0, 1), rerun.stderr[-3000:]
+    manifest = read_manifest(out)
+    assert manifest["counts"]["shards_resumed"] == committed
+    assert manifest["planned"] == manifest["written"] + manifest["errors"]
+    assert _rows(out) == _rows(reference)
+    assert not list(out.rglob("*.tmp"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_cluster(temp_dir: str) -> None:
+    """Kill the processes of the cluster under ``temp_dir`` only (never `ray stop`)."""
+    roots = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(temp_dir in part for part in p.info["cmdline"] or []):
+                roots.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    for p in roots:
+        try:
+            _kill_tree(p)
+        except psutil.NoSuchProcess:
+            continue
+
+
+def test_ray_job_submit_builds_dprime_on_a_running_cluster(small_toyworld, tmp_path) -> None:
+    temp_dir = tempfile.mkdtemp(prefix="xr", dir="/tmp")  # short: Ray's socket paths are limited
+    dashboard = _free_port()
+    env = _env()
+    start = [
+        "ray", "start", "--head", "--num-cpus", "2", "--temp-dir", temp_dir,
+        "--port", str(_free_port()), "--dashboard-host", "127.0.0.1",
+        "--dashboard-port", str(dashboard), "--ray-client-server-port", str(_free_port()),
+        "--dashboard-agent-listen-port", str(_free_port()),
+        "--min-worker-port", "21000", "--max-worker-port", "21999", "--disable-usage-stats",
+    ]  # fmt: skip
+    try:
+        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=180)
+        assert started.returncode == 0, started.stderr[-3000:]
+        out = tmp_path / "out"
+        db = tmp_path / "mlflow.db"
+        submit = [
+            "ray", "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
+            "--working-dir", str(REPO),
+            "--runtime-env-json", f'{{"env_vars": {{"NLTK_DATA": "{NLTK_DATA}"}}}}',
+            "--", "python", "-m", "xmr.synth", "--dataset", "toyworld",
+            "--data", str(small_toyworld), "--out", str(out), "--caption", "prompt",
+            "--limit", "40", "--tracking-uri", f"sqlite:///{db}",
+        ]  # fmt: skip
+        job = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
+        assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
+        assert "succeeded" in job.stdout.lower()
+        manifest = read_manifest(out)
+        assert manifest["written"] > 0
+        assert manifest["planned"] == manifest["written"] + manifest["errors"]
+        assert (out / "samples.png").stat().st_size > 0
+        assert db.is_file()
+    finally:
+        _stop_cluster(temp_dir)

@@ -1,0 +1,156 @@
+"""D′ building blocks without Ray: config, row planning and keys, shard commits, resume checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from xmr.data import Caption, DataError, ImageRecord, ObjectAnnotation, read_toyworld
+from xmr.synth import plan_removals
+from xmr.synth.config import SynthConfig, load_configs
+from xmr.synth.output import (
+    check_out_dir,
+    commit_shard,
+    finished_shards,
+    split_shards,
+)
+from xmr.synth.rows import PlannedRow, image_plans, plan_rows, row_key
+
+RECORD = ImageRecord(
+    image_id=7,
+    path=Path("/data/7.png"),
+    width=100,
+    height=100,
+    captions=(
+        Caption(1, "Two dogs fighting over a frisbee"),
+        Caption(2, "A dog on the grass"),
+        Caption(3, "A frisbee in the air"),
+        Caption(4, "Dogs and a frisbee"),
+    ),
+    objects=(
+        ObjectAnnotation("dog", (0, 0, 30, 30)),
+        ObjectAnnotation("dog", (50, 50, 20, 20)),
+        ObjectAnnotation("frisbee", (35, 0, 10, 10)),
+    ),
+    split="train",
+)
+MENTIONS = [{"dog", "frisbee"}, {"dog"}, {"frisbee"}, {"dog", "frisbee"}]
+
+
+def test_yaml_config_with_flag_overrides(tmp_path) -> None:
+    path = tmp_path / "synth.yaml"
+    path.write_text("fill: blur\nalpha1: 0.3\ncaptions-per-image: all\nfill_actors: 3\n")
+    config, runtime = load_configs(path, {"alpha1": 0.5, "seed": None, "dataset": "toyworld"})
+    assert config.fill == "blur"
+    assert config.alpha1 == 0.5  # the flag wins over the file
+    assert config.captions_per_image is None  # "all"
+    assert runtime.fill_actors == 3
+    assert runtime.out == Path("xmr-synth/toyworld-train")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"fill": "lama"}, "--fill 'lama' is not one of"),
+        ({"alpha3": 1.5}, "--alpha3 must be in"),
+        ({"captions_per_image": "some"}, "--captions-per-image"),
+        ({"colour": "red"}, "unknown option(s) colour"),
+        ({"max_error_rate": 2.0}, "--max-error-rate"),
+    ],
+)
+def test_bad_options_are_named(overrides, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_configs(None, overrides)
+
+
+def test_fingerprint_ignores_where_the_data_is_but_not_what_is_built() -> None:
+    base = SynthConfig()
+    assert base.fingerprint() == SynthConfig(data=Path("/elsewhere")).fingerprint()
+    assert base.fingerprint() != SynthConfig(fill="zero").fingerprint()
+    assert base.fingerprint() != SynthConfig(seed=1).fingerprint()
+
+
+def test_rows_pair_each_plan_with_a_caption_that_names_a_removed_class() -> None:
+    plans = image_plans(RECORD, 0.4, 0.8, 0.7)
+    assert plans == [("dog",), ("frisbee",)]
+    rows = plan_rows(RECORD, plans, MENTIONS, captions_per_image=1, seed=0)
+    assert [r.removed for r in rows] == [("dog",), ("frisbee",)]
+    caption_ids = [c.id for c in RECORD.captions]
+    for row in rows:
+        assert set(row.removed) & MENTIONS[caption_ids.index(row.source_caption_id)]
+        assert row.key == row_key(7, row.removed, row.source_caption_id)
+    dog = rows[0]
+    assert dog.kept == ("frisbee",)
+    assert dog.boxes == ((0, 0, 30, 30), (50, 50, 20, 20))
+
+
+def test_caption_choice_is_seeded_and_all_takes_every_eligible_caption() -> None:
+    plans = [("dog",)]
+    chosen = {
+        plan_rows(RECORD, plans, MENTIONS, captions_per_image=1, seed=s)[0].source_caption_id
+        for s in range(40)
+    }
+    assert chosen == {1, 2, 4}  # every caption that mentions a dog, never "A frisbee in the air"
+    again = [plan_rows(RECORD, plans, MENTIONS, captions_per_image=1, seed=5) for _ in range(3)]
+    assert again[0] == again[1] == again[2]
+    every = plan_rows(RECORD, plans, MENTIONS, captions_per_image=None, seed=0)
+    assert [r.source_caption_id for r in every] == [1, 2, 4]
+    # Prompt / captioner captions: no mentions needed, every caption is eligible.
+    assert len(plan_rows(RECORD, plans, None, captions_per_image=None, seed=0)) == 4
+
+
+def test_planned_row_round_trips_through_columns() -> None:
+    row = plan_rows(RECORD, [("dog",)], MENTIONS, captions_per_image=1, seed=0)[0]
+    assert PlannedRow.from_dict(row.to_dict()) == row
+
+
+def test_rows_on_toyworld_follow_plan_removals(small_toyworld) -> None:
+    for record in read_toyworld(small_toyworld, "train")[:40]:
+        objects = [(o.category, list(o.bbox)) for o in record.objects]
+        plans = plan_removals(objects, record.width, record.height)
+        rows = plan_rows(record, plans, None, captions_per_image=1, seed=0)
+        assert sorted({r.removed for r in rows}) == plans
+        assert len({r.key for r in rows}) == len(rows)
+
+
+def _row(key: str) -> dict:
+    return {
+        "key": key,
+        "image": b"png",
+        "caption": "a dog",
+        "source_image_id": 1,
+        "source_caption_id": 2,
+        "source_caption": "a dog and a cat",
+        "removed_classes": ["cat"],
+        "kept_classes": ["dog"],
+        "removed_boxes": [[0.0, 0.0, 1.0, 1.0]],
+        "width": 4,
+        "height": 4,
+        "fill": "telea",
+        "caption_method": "np-removal",
+    }
+
+
+def test_shards_commit_atomically_and_resume_checks_their_keys(tmp_path) -> None:
+    shards = split_shards(["a", "b", "c", "d", "e"], 2)
+    assert shards == [["a", "b"], ["c", "d"], ["e"]]
+    error = {"key": "b", "stage": "fill", "error_type": "DataError", "message": "corrupt"}
+    commit_shard(tmp_path, 0, [_row("a")], [error])
+    assert finished_shards(tmp_path, shards) == {0}
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert pq.read_table(tmp_path / "data" / "part-00000.parquet")["key"].to_pylist() == ["a"]
+    # The same folder under another plan is refused, naming the shard.
+    with pytest.raises(DataError, match=r"part-00000\.parquet does not hold"):
+        finished_shards(tmp_path, split_shards(["x", "y"], 2))
+    with pytest.raises(DataError, match="beyond this plan"):
+        commit_shard(tmp_path, 5, [_row("z")], [])
+        finished_shards(tmp_path, shards)
+
+
+def test_out_dir_must_be_ours(tmp_path) -> None:
+    check_out_dir(tmp_path / "new")
+    (tmp_path / "thesis.tex").write_text("")
+    with pytest.raises(DataError, match=r"thesis\.tex"):
+        check_out_dir(tmp_path)

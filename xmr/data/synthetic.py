@@ -1,0 +1,143 @@
+"""D′ on disk: the synthetic image/caption pairs that ``xmr synth`` writes, and their reader.
+
+Layout of a D′ folder::
+
+    data/part-00000.parquet ...  the pairs (ROW_SCHEMA), shards in plan order
+    errors.parquet                every failed row, with its stage and reason (ERROR_SCHEMA)
+    manifest.json                 config, its hash, counts (planned == written + errors), timings
+    plan.parquet                  the planned rows (a rerun resumes without replanning)
+
+``image`` holds PNG bytes of the whole synthetic image; ``removed_boxes`` are the ``[x, y, w, h]``
+pixel boxes that were filled.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from xmr.data.errors import DataError
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("image", pa.binary()),
+        ("caption", pa.string()),
+        ("source_image_id", pa.int64()),
+        ("source_caption_id", pa.int64()),
+        ("source_caption", pa.string()),
+        ("removed_classes", pa.list_(pa.string())),
+        ("kept_classes", pa.list_(pa.string())),
+        ("removed_boxes", pa.list_(pa.list_(pa.float64()))),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("fill", pa.string()),
+        ("caption_method", pa.string()),
+    ]
+)
+ERROR_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("stage", pa.string()),
+        ("error_type", pa.string()),
+        ("message", pa.string()),
+    ]
+)
+DATA_DIR = "data"
+MANIFEST = "manifest.json"
+ERRORS = "errors.parquet"
+
+
+@dataclass(frozen=True)
+class SyntheticPair:
+    """One pair of D′: a synthetic image (PNG bytes) and its caption."""
+
+    key: str
+    image: bytes
+    caption: str
+    source_image_id: int
+    source_caption_id: int
+    source_caption: str
+    removed_classes: tuple[str, ...]
+    kept_classes: tuple[str, ...]
+    fill: str
+    caption_method: str
+
+    def decode(self) -> Image.Image:
+        """The synthetic image as an RGB PIL image."""
+        return Image.open(io.BytesIO(self.image)).convert("RGB")
+
+
+def read_manifest(root: str | Path) -> dict:
+    """The manifest of a finished D′ build.
+
+    Raises:
+        DataError: ``root`` has no manifest (the build has not finished) or it is malformed.
+    """
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        raise DataError(
+            f"{root} is not a finished D′ folder: {MANIFEST} is missing "
+            "(run `xmr synth --out` on it again to finish the build)"
+        )
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: malformed JSON ({exc})") from exc
+
+
+def synthetic_shards(root: str | Path) -> list[Path]:
+    """The data shards of a finished D′ build, in key order (for ``ray.data.read_parquet``)."""
+    read_manifest(root)
+    return sorted((Path(root) / DATA_DIR).glob("part-*.parquet"))
+
+
+def synthetic_table(root: str | Path) -> pa.Table:
+    """All pairs of a finished D′ build as one Arrow table (ROW_SCHEMA)."""
+    shards = synthetic_shards(root)
+    if not shards:
+        return ROW_SCHEMA.empty_table()
+    try:
+        return pa.concat_tables(pq.read_table(p, schema=ROW_SCHEMA) for p in shards)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DataError(f"{root}: unreadable D′ shard ({exc})") from exc
+
+
+def iter_synthetic(root: str | Path) -> Iterator[SyntheticPair]:
+    """The pairs of a finished D′ build, shard by shard (one shard in memory at a time)."""
+    for shard in synthetic_shards(root):
+        try:
+            table = pq.read_table(shard, schema=ROW_SCHEMA)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"{shard}: unreadable D′ shard ({exc})") from exc
+        for row in table.to_pylist():
+            yield SyntheticPair(
+                key=row["key"],
+                image=row["image"],
+                caption=row["caption"],
+                source_image_id=row["source_image_id"],
+                source_caption_id=row["source_caption_id"],
+                source_caption=row["source_caption"],
+                removed_classes=tuple(row["removed_classes"]),
+                kept_classes=tuple(row["kept_classes"]),
+                fill=row["fill"],
+                caption_method=row["caption_method"],
+            )
+
+
+def read_synthetic(root: str | Path) -> list[SyntheticPair]:
+    """Every pair of a finished D′ build, in key order."""
+    return list(iter_synthetic(root))
+
+
+def read_synthetic_errors(root: str | Path) -> pa.Table:
+    """The failed rows of a finished D′ build (ERROR_SCHEMA)."""
+    read_manifest(root)
+    return pq.read_table(Path(root) / ERRORS, schema=ERROR_SCHEMA)

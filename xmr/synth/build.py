@@ -1,0 +1,411 @@
+"""Build D′ on Ray Data: read -> (detect) -> plan -> fill -> caption -> write, resumable.
+
+Two passes. The planning pass maps :class:`~xmr.synth.stages.PlanRows` (after
+:class:`~xmr.synth.stages.DetectObjects` when boxes come from GroundingDINO) over the records and
+saves the plan. The synthesis pass maps :class:`~xmr.synth.stages.FillImages` and
+:class:`~xmr.synth.stages.WriteCaptions` — separate operators with their own resources, so GPU
+and CPU stages run concurrently — over the rows of the shards not yet on disk, and the driver
+commits each shard as soon as its last row arrives. A rerun with the same config and ``out``
+reuses the plan and redoes only the missing shards.
+
+``planned`` counts units of work: every planned row, plus every image that could not be planned
+(unreadable input, bad annotation, unplannable boxes). Each unit ends in exactly one of the
+shards or ``errors.parquet``: ``planned == written + errors``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import ray
+import ray.data
+
+from xmr import __version__
+from xmr.data import DataIssue, read_dataset
+from xmr.data.coco import load_json
+from xmr.data.default_world import default_toyworld
+from xmr.data.records import ImageRecord
+from xmr.data.synthetic import MANIFEST
+from xmr.pipeline import Resources
+from xmr.pipeline.ray_executor import cluster_gpus, init_ray, map_stage
+from xmr.pipeline.stage import Batch
+from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.output import (
+    check_out_dir,
+    commit_shard,
+    count_written,
+    error_table,
+    finished_shards,
+    merge_errors,
+    read_plan,
+    save_plan,
+    split_shards,
+    write_json_atomic,
+)
+from xmr.synth.rows import PlannedRow
+from xmr.synth.stages import ERROR_COLUMNS, DetectObjects, FillImages, PlanRows, WriteCaptions
+from xmr.text import FLICKR30K_ODMAP_CLASSES
+
+STAGES = ("read", "detect", "plan", "fill", "caption")
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    """What a build did. ``manifest`` is what ``manifest.json`` holds."""
+
+    out: Path
+    manifest: dict
+
+    @property
+    def error_rate(self) -> float:
+        return self.manifest["errors"] / max(self.manifest["planned"], 1)
+
+
+def data_root(config: SynthConfig, progress: bool) -> Path:
+    """The dataset folder: ``--data``, or the embedded ToyWorld generated into the cache."""
+    if config.data is not None:
+        if not config.data.is_dir():
+            raise FileNotFoundError(f"--data {config.data} is not a folder")
+        return config.data
+    if config.dataset != "toyworld":
+        raise ValueError(f"--dataset {config.dataset} needs --data (the dataset's folder)")
+    return default_toyworld(config.seed, progress=progress)
+
+
+def read_inputs(config: SynthConfig, root: Path) -> tuple[list[ImageRecord], list[dict]]:
+    """The records to plan and one error row per image left out (or input item unreadable).
+
+    An image with any reader issue (missing file, bad box, ...) is left out whole: removing a
+    class is only right when every box of the image is known. ``--limit`` keeps the first N
+    image ids of the split, counting the left-out ones.
+    """
+    issues: list[DataIssue] = []
+    records = read_dataset(config.dataset, root, config.split, issues=issues)
+    if config.limit is not None:
+        ids = sorted(
+            {r.image_id for r in records} | {i.image_id for i in issues if i.image_id is not None}
+        )
+        allowed = set(ids[: config.limit])
+        records = [r for r in records if r.image_id in allowed]
+        issues = [i for i in issues if i.image_id is None or i.image_id in allowed]
+    by_image: dict[object, list[DataIssue]] = defaultdict(list)
+    for issue in issues:
+        by_image[issue.image_id if issue.image_id is not None else issue.item].append(issue)
+    errors = [
+        {
+            "key": str(key),
+            "stage": "read",
+            "error_type": "DataError",
+            "message": "; ".join(f"{i.item}: {i.reason}" for i in found),
+        }
+        for key, found in by_image.items()
+    ]
+    records = [r for r in records if r.image_id not in by_image]
+    return records, errors
+
+
+def inputs_hash(records: Sequence[ImageRecord], read_errors: Sequence[dict]) -> str:
+    """Hash of the input records (file names, not folders) and what was left out."""
+    digest = hashlib.sha256()
+    for record in records:
+        data = record.to_dict()
+        data["path"] = Path(data["path"]).name
+        digest.update(json.dumps(data, sort_keys=True).encode())
+    digest.update(json.dumps(list(read_errors), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def detection_classes(config: SynthConfig, root: Path) -> list[str]:
+    """The class names GroundingDINO is prompted with: the dataset's categories."""
+    if config.dataset == "flickr30k":
+        return list(FLICKR30K_ODMAP_CLASSES)
+    annotations = sorted((root / "annotations").glob(f"instances_{config.split}*.json"))
+    if not annotations:
+        raise FileNotFoundError(f"{root}/annotations has no instances_{config.split}*.json")
+    return [c["name"] for c in load_json(annotations[0])["categories"]]
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """How many actors each stage gets, and with what resources, on this cluster.
+
+    GPU stages (SD fill, captioner, detector) split the GPUs evenly, at most ``gpus_per_actor``
+    per actor; CPU stages get one core per actor.
+    """
+
+    cpus: int
+    gpus: int
+    gpu_stages: int
+    gpus_per_actor: float
+
+    @property
+    def share(self) -> float:
+        """GPUs per actor of a GPU stage."""
+        return min(self.gpus_per_actor, self.gpus / max(self.gpu_stages, 1))
+
+    def resources(self, on_gpu: bool) -> Resources:
+        return Resources(cpus=1.0, gpus=self.share) if on_gpu and self.gpus else Resources(1.0)
+
+    def actors(self, requested: int | None, on_gpu: bool, cpu_default: int) -> int:
+        """``requested``, else the GPU stage's share of the GPUs, else ``cpu_default``."""
+        if requested is not None:
+            return requested
+        if on_gpu and self.gpus:
+            return max(1, int(self.gpus / max(self.gpu_stages, 1) / self.share))
+        return max(1, cpu_default)
+
+
+def _placement(gpu_stages: int, runtime: SynthRuntime) -> _Placement:
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return _Placement(cpus, cluster_gpus(), gpu_stages, runtime.gpus_per_actor)
+
+
+def _device(resources: Resources) -> str:
+    return "cuda" if resources.gpus > 0 else "cpu"
+
+
+def _collect(ds: ray.data.Dataset) -> Iterator[Batch]:
+    yield from ds.iter_batches(batch_format="numpy", batch_size=None)
+
+
+def _error_dict(batch: Batch, i: int) -> dict:
+    return {
+        "key": str(batch["key"][i]),
+        "stage": str(batch["error_stage"][i]),
+        "error_type": str(batch["error_type"][i]),
+        "message": str(batch["error"][i]),
+    }
+
+
+def plan_pass(
+    records: list[ImageRecord], config: SynthConfig, runtime: SynthRuntime, root: Path
+) -> tuple[list[PlannedRow], list[dict], dict[str, float]]:
+    """Plan every record on Ray: ``(rows in plan order, error rows, busy seconds per stage)``."""
+    if not records:
+        return [], [], {}
+    detect = config.boxes == "groundingdino"
+    place = _placement(int(detect), runtime)
+    items = [{"key": str(r.image_id), "record": json.dumps(r.to_dict())} for r in records]
+    ds = ray.data.from_items(items)
+    detect_actors = 0
+    if detect:
+        resources = place.resources(True)
+        detect_actors = place.actors(runtime.detect_actors, True, 1)
+        classes = detection_classes(config, root)
+        stage = DetectObjects(config, classes, resources, runtime.batch_size, _device(resources))
+        ds = map_stage(ds, stage, actors=detect_actors)
+    cpu_default = place.cpus - (detect_actors if detect and not place.gpus else 0)
+    plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, len(records)))
+    ds = map_stage(ds, PlanRows(config, Resources(1.0), runtime.batch_size), actors=plan_actors)
+    rows, errors, busy = [], [], Counter()
+    for batch in _collect(ds):
+        for name in ("seconds_detect", "seconds_plan"):
+            if name in batch:
+                busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
+        for i in range(len(batch["key"])):
+            if batch["error"][i]:
+                errors.append(_error_dict(batch, i))
+            else:
+                rows.append(
+                    PlannedRow.from_dict({k: batch[k][i] for k in PlannedRow.__dataclass_fields__})
+                )
+    return rows, errors, dict(busy)
+
+
+def _output_row(batch: Batch, i: int, config: SynthConfig) -> dict:
+    return {
+        "key": str(batch["key"][i]),
+        "image": batch["image"][i],
+        "caption": str(batch["caption"][i]),
+        "source_image_id": int(batch["source_image_id"][i]),
+        "source_caption_id": int(batch["source_caption_id"][i]),
+        "source_caption": str(batch["source_caption"][i]),
+        "removed_classes": json.loads(batch["removed"][i]),
+        "kept_classes": json.loads(batch["kept"][i]),
+        "removed_boxes": [list(b) for b in json.loads(batch["boxes"][i])],
+        "width": int(batch["width"][i]),
+        "height": int(batch["height"][i]),
+        "fill": config.fill,
+        "caption_method": config.caption,
+    }
+
+
+class _ShardAssembler:
+    """Collects finished rows per shard and commits a shard when its last row arrives."""
+
+    def __init__(self, out: Path, shards: Sequence[Sequence[str]], pending: set[int]) -> None:
+        self.out = out
+        self.shard_of = {k: s for s in pending for k in shards[s]}
+        self.order = {k: n for s in pending for n, k in enumerate(shards[s])}
+        self.remaining = {s: len(shards[s]) for s in pending}
+        self.rows: dict[int, list[dict]] = defaultdict(list)
+        self.errors: dict[int, list[dict]] = defaultdict(list)
+        self.committed = 0
+
+    def add(self, key: str, row: dict | None, error: dict | None) -> None:
+        shard = self.shard_of.pop(key)  # KeyError: a row twice, or one not planned
+        if row is not None:
+            self.rows[shard].append(row)
+        else:
+            self.errors[shard].append(error)
+        self.remaining[shard] -= 1
+        if self.remaining[shard] == 0:
+            rows = sorted(self.rows.pop(shard, []), key=lambda r: self.order[r["key"]])
+            errors = sorted(self.errors.pop(shard, []), key=lambda e: self.order[e["key"]])
+            commit_shard(self.out, shard, rows, errors)
+            del self.remaining[shard]
+            self.committed += 1
+
+    def check_complete(self) -> None:
+        if self.remaining:
+            raise RuntimeError(
+                f"the pipeline returned no result for {len(self.shard_of)} planned rows "
+                f"(shards {sorted(self.remaining)[:5]}...); rerun to finish them"
+            )
+
+
+def synth_pass(
+    rows: list[PlannedRow],
+    shards: list[list[str]],
+    pending: set[int],
+    config: SynthConfig,
+    runtime: SynthRuntime,
+) -> dict[str, float]:
+    """Fill and caption the rows of the ``pending`` shards, committing shards as they finish.
+
+    Returns busy seconds per stage.
+    """
+    keys = {k for s in pending for k in shards[s]}
+    todo = [r for r in rows if r.key in keys]
+    if not todo:
+        return {}
+    fill_gpu, caption_gpu = config.fill == "sd", config.caption == "captioner"
+    place = _placement(int(fill_gpu) + int(caption_gpu), runtime)
+    fill_res, caption_res = place.resources(fill_gpu), place.resources(caption_gpu)
+    caption_actors = place.actors(runtime.caption_actors, caption_gpu, place.cpus // 4)
+    cpu_left = place.cpus - (0 if caption_res.gpus else caption_actors)
+    fill_actors = place.actors(runtime.fill_actors, fill_gpu, cpu_left)
+    fill_batch = runtime.batch_size if not fill_res.gpus else min(runtime.batch_size, 8)
+    blank = {name: "" for name in ERROR_COLUMNS}
+    ds = ray.data.from_items([{**r.to_dict(), **blank} for r in todo])
+    ds = map_stage(
+        ds, FillImages(config, fill_res, fill_batch, device=_device(fill_res)), actors=fill_actors
+    )
+    ds = map_stage(
+        ds,
+        WriteCaptions(config, caption_res, runtime.batch_size, device=_device(caption_res)),
+        actors=caption_actors,
+    )
+    assembler = _ShardAssembler(runtime.out, shards, pending)
+    busy: Counter = Counter()
+    for batch in _collect(ds):
+        for name in ("seconds_fill", "seconds_caption"):
+            busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
+        for i in range(len(batch["key"])):
+            if batch["error"][i]:
+                assembler.add(str(batch["key"][i]), None, _error_dict(batch, i))
+            else:
+                row = _output_row(batch, i, config)
+                assembler.add(row["key"], row, None)
+    assembler.check_complete()
+    return dict(busy)
+
+
+def _configure_ray_data(progress: bool) -> None:
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # rows arrive in plan order: one shard buffered
+    ctx.enable_progress_bars = progress
+
+
+def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
+    """Build (or finish building) D′ into ``runtime.out``; see the module docstring."""
+    start = time.perf_counter()
+    out = runtime.out
+    check_out_dir(out)
+    root = data_root(config, runtime.progress)
+    records, read_errors = read_inputs(config, root)
+    digest = inputs_hash(records, read_errors)
+    timings = {"read": time.perf_counter() - start}
+
+    init_ray(runtime.address, runtime.num_cpus)
+    _configure_ray_data(runtime.progress)
+    saved = read_plan(out)
+    busy: dict[str, float] = {}
+    if saved is not None:
+        rows, plan_errors, metadata = saved
+        expected = {"config_hash": config.fingerprint(), "inputs_hash": digest}
+        for name, value in expected.items():
+            if metadata.get(name) != value:
+                raise ValueError(
+                    f"--out {out} holds a D′ built from another "
+                    f"{'config' if name == 'config_hash' else 'input data'} "
+                    f"({name} {metadata.get(name)} != {value}); use a new --out"
+                )
+        errors = plan_errors.to_pylist()
+        timings["plan"] = 0.0
+    else:
+        t = time.perf_counter()
+        rows, errors, busy = plan_pass(records, config, runtime, root)
+        errors = read_errors + errors
+        save_plan(
+            out,
+            rows,
+            error_table(errors),
+            {
+                "config_hash": config.fingerprint(),
+                "inputs_hash": digest,
+            },
+        )
+        timings["plan"] = time.perf_counter() - t
+
+    shards = split_shards([r.key for r in rows], config.rows_per_shard)
+    done = finished_shards(out, shards)
+    pending = set(range(len(shards))) - done
+    t = time.perf_counter()
+    busy.update(synth_pass(rows, shards, pending, config, runtime))
+    timings["synthesize"] = time.perf_counter() - t
+    merged = merge_errors(out, len(shards))
+    written = count_written(out, len(shards))
+    timings["total"] = time.perf_counter() - start
+
+    rows_this_run = sum(len(shards[s]) for s in pending)
+    stage_errors = Counter(merged["stage"].to_pylist())
+    manifest = {
+        "xmr_version": __version__,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": config.to_dict(),
+        "config_hash": config.fingerprint(),
+        "inputs_hash": digest,
+        "data_root": str(root),
+        "planned": len(rows) + len(errors),
+        "written": written,
+        "errors": merged.num_rows,
+        "counts": {
+            "images": len(records),
+            "rows_planned": len(rows),
+            "errors_by_stage": {s: stage_errors.get(s, 0) for s in STAGES},
+            "shards": len(shards),
+            "shards_resumed": len(done),
+            "rows_this_run": rows_this_run,
+        },
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "busy_s": {k: round(v, 3) for k, v in busy.items()},
+        "rows_per_second": round(rows_this_run / timings["synthesize"], 2)
+        if rows_this_run and timings["synthesize"] > 0
+        else None,
+    }
+    if manifest["planned"] != manifest["written"] + manifest["errors"]:
+        raise RuntimeError(
+            f"row accounting is off: planned {manifest['planned']} != written "
+            f"{manifest['written']} + errors {manifest['errors']} (please report this)"
+        )
+    write_json_atomic(manifest, out / MANIFEST)
+    return SynthResult(out=out, manifest=manifest)

@@ -1,0 +1,184 @@
+"""Writing D′: the plan, shards committed atomically, resume checks, errors and the manifest.
+
+Planned rows are cut, in plan order, into shards of ``rows_per_shard``. A shard is committed by
+writing its failed rows to ``shard_errors/part-N.parquet`` and then its pairs to
+``data/part-N.parquet``, each through a temporary file and a rename: a shard's data file exists
+only when the whole shard is on disk, so a rerun redoes exactly the shards without one. The
+format itself (schemas, reader) lives in :mod:`xmr.data.synthetic`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xmr.data.errors import DataError
+from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA
+from xmr.synth.rows import PlannedRow
+
+PLAN = "plan.parquet"
+PLAN_ERRORS = "plan_errors.parquet"
+SHARD_ERRORS_DIR = "shard_errors"
+PLAN_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("source_image_id", pa.int64()),
+        ("source_caption_id", pa.int64()),
+        ("source_caption", pa.string()),
+        ("phrases", pa.string()),
+        ("path", pa.string()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("removed", pa.string()),
+        ("kept", pa.string()),
+        ("boxes", pa.string()),
+    ]
+)
+_OURS = {DATA_DIR, SHARD_ERRORS_DIR, PLAN, PLAN_ERRORS, ERRORS, MANIFEST, "samples.png"}
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_table_atomic(table: pa.Table, path: Path, metadata: dict[str, str] | None = None) -> None:
+    """Write a Parquet file through a temporary file and a rename (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    tmp = _temporary(path)
+    pq.write_table(table, tmp, row_group_size=64)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(data: dict, path: Path) -> None:
+    """Write JSON through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path)
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an output folder that holds anything but an xmr synth build.
+
+    Raises:
+        DataError: ``out`` is a file, or a non-empty folder with files of its own.
+    """
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out} is a file, not a folder")
+    if out.is_dir():
+        foreign = sorted(
+            p.name for p in out.iterdir() if p.name not in _OURS and not p.name.startswith(".")
+        )
+        if foreign:
+            raise DataError(
+                f"--out {out} is not empty and is not an xmr synth output (it holds "
+                f"{', '.join(foreign[:5])}); choose a new or empty folder"
+            )
+
+
+def plan_table(rows: Sequence[PlannedRow]) -> pa.Table:
+    """Planned rows as a PLAN_SCHEMA table."""
+    return pa.Table.from_pylist([r.to_dict() for r in rows], schema=PLAN_SCHEMA)
+
+
+def error_table(errors: Iterable[dict]) -> pa.Table:
+    """``{key, stage, error_type, message}`` dicts as an ERROR_SCHEMA table."""
+    return pa.Table.from_pylist(list(errors), schema=ERROR_SCHEMA)
+
+
+def read_plan(out: Path) -> tuple[list[PlannedRow], pa.Table, dict[str, str]] | None:
+    """The saved plan (rows, plan-stage errors, metadata), or None when there is none yet."""
+    path = out / PLAN
+    if not path.is_file():
+        return None
+    table = pq.read_table(path)
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    rows = [PlannedRow.from_dict(r) for r in table.to_pylist()]
+    errors = pq.read_table(out / PLAN_ERRORS, schema=ERROR_SCHEMA)
+    return rows, errors, metadata
+
+
+def save_plan(
+    out: Path, rows: Sequence[PlannedRow], errors: pa.Table, metadata: dict[str, str]
+) -> None:
+    """Save the plan; its errors first, so that a plan file implies its errors file."""
+    write_table_atomic(errors, out / PLAN_ERRORS)
+    write_table_atomic(plan_table(rows), out / PLAN, metadata)
+
+
+def shard_path(out: Path, index: int) -> Path:
+    return out / DATA_DIR / f"part-{index:05d}.parquet"
+
+
+def shard_errors_path(out: Path, index: int) -> Path:
+    return out / SHARD_ERRORS_DIR / f"part-{index:05d}.parquet"
+
+
+def split_shards(keys: Sequence[str], rows_per_shard: int) -> list[list[str]]:
+    """Consecutive chunks of ``rows_per_shard`` keys (the last may be shorter)."""
+    return [list(keys[i : i + rows_per_shard]) for i in range(0, len(keys), rows_per_shard)]
+
+
+def finished_shards(out: Path, shards: Sequence[Sequence[str]]) -> set[int]:
+    """Indices of shards already committed, each checked against the plan.
+
+    Raises:
+        DataError: a committed shard holds other keys than the plan gives it (the folder was
+            written by another plan), or a shard beyond the plan exists.
+    """
+    done = set()
+    for index, keys in enumerate(shards):
+        path = shard_path(out, index)
+        if not path.is_file():
+            continue
+        found = pq.read_table(path, columns=["key"])["key"].to_pylist()
+        errors_path = shard_errors_path(out, index)
+        if errors_path.is_file():
+            found += pq.read_table(errors_path, columns=["key"])["key"].to_pylist()
+        if sorted(found) != sorted(keys):
+            raise DataError(
+                f"{path} does not hold the rows this plan gives shard {index}; "
+                "the folder was written by another build: use a new --out"
+            )
+        done.add(index)
+    extra = (
+        sorted(
+            p
+            for p in (out / DATA_DIR).glob("part-*.parquet")
+            if int(p.stem.split("-")[1]) >= len(shards)
+        )
+        if (out / DATA_DIR).is_dir()
+        else []
+    )
+    if extra:
+        raise DataError(f"{extra[0]} is beyond this plan's {len(shards)} shards: use a new --out")
+    return done
+
+
+def commit_shard(out: Path, index: int, rows: list[dict], errors: list[dict]) -> None:
+    """Write one shard: its errors, then its pairs (ROW_SCHEMA dicts, in plan order)."""
+    write_table_atomic(error_table(errors), shard_errors_path(out, index))
+    write_table_atomic(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), shard_path(out, index))
+
+
+def merge_errors(out: Path, shard_count: int) -> pa.Table:
+    """``errors.parquet``: the plan's errors then every shard's, in plan order."""
+    tables = [pq.read_table(out / PLAN_ERRORS, schema=ERROR_SCHEMA)]
+    tables += [
+        pq.read_table(shard_errors_path(out, i), schema=ERROR_SCHEMA) for i in range(shard_count)
+    ]
+    merged = pa.concat_tables(tables)
+    write_table_atomic(merged, out / ERRORS)
+    return merged
+
+
+def count_written(out: Path, shard_count: int) -> int:
+    """Pairs across all committed shards (read from the Parquet footers only)."""
+    return sum(pq.ParquetFile(shard_path(out, i)).metadata.num_rows for i in range(shard_count))

@@ -1,0 +1,121 @@
+"""What a D′ build shows: the summary table, the sample grid and the MLflow run."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pyarrow.parquet as pq
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
+
+from xmr.data.errors import DataError
+from xmr.data.images import load_image
+from xmr.data.synthetic import MANIFEST, synthetic_shards
+from xmr.synth.build import SynthResult
+from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.output import PLAN
+from xmr.synth.planning import box_mask
+from xmr.synth.stages import decode_png
+from xmr.tracking import start_run
+
+SAMPLES = "samples.png"
+
+
+def print_summary(result: SynthResult, console: Console | None = None) -> None:
+    """The end-of-build table: counts, errors per stage, time and where it went."""
+    m = result.manifest
+    table = Table(title=f"D′ written to {result.out}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("planned", str(m["planned"]))
+    table.add_row("written", str(m["written"]))
+    table.add_row("errors", str(m["errors"]))
+    for stage, count in m["counts"]["errors_by_stage"].items():
+        if count:
+            table.add_row(f"  {stage} errors", str(count))
+    counts = m["counts"]
+    table.add_row("shards (resumed)", f"{counts['shards']} ({counts['shards_resumed']})")
+    table.add_row("rows this run", str(counts["rows_this_run"]))
+    for name, seconds in m["timings_s"].items():
+        table.add_row(f"time {name}", f"{seconds:.1f} s")
+    for name, seconds in m["busy_s"].items():
+        table.add_row(f"busy {name} (all actors)", f"{seconds:.1f} s")
+    if m["rows_per_second"]:
+        table.add_row("rows / s", f"{m['rows_per_second']:.1f}")
+    (console or Console()).print(table)
+
+
+def _sample_rows(out: Path, count: int, seed: int) -> list[dict]:
+    """``count`` written rows chosen with ``seed``, with their source image paths."""
+    shards = synthetic_shards(out)
+    if not shards:
+        return []
+    keys = [(s, k) for s in shards for k in pq.read_table(s, columns=["key"])["key"].to_pylist()]
+    rng = np.random.default_rng(seed)
+    chosen = sorted(rng.choice(len(keys), size=min(count, len(keys)), replace=False))
+    wanted: dict[Path, set[str]] = {}
+    for i in chosen:
+        wanted.setdefault(keys[i][0], set()).add(keys[i][1])
+    plan = pq.read_table(out / PLAN, columns=["key", "path"]).to_pydict()
+    paths = dict(zip(plan["key"], plan["path"], strict=True))
+    rows = []
+    for shard, shard_keys in wanted.items():
+        for row in pq.read_table(shard).to_pylist():
+            if row["key"] in shard_keys:
+                rows.append({**row, "path": paths[row["key"]]})
+    return rows
+
+
+def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) -> Path | None:
+    """original | mask | filled, with the caption before and after, for ``count`` rows."""
+    rows = _sample_rows(out, count, seed)
+    if not rows:
+        return None
+    fig = Figure(figsize=(10, 3.2 * len(rows)))
+    axes = fig.subplots(len(rows), 3, squeeze=False)
+    for (ax_src, ax_mask, ax_new), row in zip(axes, rows, strict=True):
+        for ax in (ax_src, ax_mask, ax_new):
+            ax.axis("off")
+        try:
+            ax_src.imshow(load_image(row["path"]))
+        except DataError as exc:
+            ax_src.text(0.5, 0.5, f"unreadable:\n{exc}", ha="center", va="center", fontsize=7)
+        ax_mask.imshow(box_mask(row["removed_boxes"], row["width"], row["height"]), cmap="gray")
+        ax_new.imshow(decode_png(row["image"]))
+        ax_src.set_title(textwrap.shorten(row["source_caption"], 60), fontsize=8)
+        ax_mask.set_title(f"removed: {', '.join(row['removed_classes'])}", fontsize=8, color="red")
+        ax_new.set_title(textwrap.shorten(f"→ {row['caption']}", 60), fontsize=8, color="green")
+    fig.suptitle("D′ samples: original | removed region | synthetic (caption before → after)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def log_to_mlflow(result: SynthResult, config: SynthConfig, runtime: SynthRuntime) -> str:
+    """One run in experiment ``xmr/synth/<dataset>``: params, counts, throughput, manifest and
+    the sample grid. Returns the run id."""
+    m = result.manifest
+    with start_run(
+        f"xmr/synth/{config.dataset}",
+        run_name=runtime.run_name,
+        tracking_uri=runtime.tracking_uri,
+        tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"]},
+    ) as run:
+        params = {f"synth.{k}": v for k, v in config.to_dict().items()}
+        params["synth.out"] = str(result.out)
+        mlflow.log_params({k: "none" if v is None else v for k, v in params.items()})
+        metrics = {"planned": m["planned"], "written": m["written"], "errors": m["errors"]}
+        metrics.update({f"errors/{k}": v for k, v in m["counts"]["errors_by_stage"].items()})
+        metrics.update({f"time/{k}": v for k, v in m["timings_s"].items()})
+        metrics.update({f"busy/{k}": v for k, v in m["busy_s"].items()})
+        if m["rows_per_second"]:
+            metrics["rows_per_second"] = m["rows_per_second"]
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+        mlflow.log_artifact(str(result.out / MANIFEST))
+        if (result.out / SAMPLES).is_file():
+            mlflow.log_artifact(str(result.out / SAMPLES))
+        return run.info.run_id

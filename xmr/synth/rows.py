@@ -1,0 +1,147 @@
+"""The rows of D′: one per (source image, removal plan, chosen caption), with deterministic keys.
+
+A row's key is ``"{image_id}/{removed classes joined by '+'}/{caption_id}"``: the same config on
+the same data plans the same keys, which is what lets a rerun resume and skip finished rows.
+
+Caption choice (odmap paper §4.1: one caption of the five per image): for each plan, the eligible
+captions are those that mention a removed class when captions are rewritten by noun-phrase
+removal (a caption that never names a removed object has nothing to rewrite and would pair the
+synthetic image with an unchanged caption), else all captions. ``captions_per_image`` of them are
+drawn without replacement by a generator seeded with ``(seed, key prefix)``, so the choice is
+independent of processing order.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from xmr.data.records import ImageRecord
+from xmr.synth.planning import plan_removals
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """One synthetic pair to build: remove ``removed`` from the image, rewrite the caption.
+
+    ``boxes`` are the ``[x, y, w, h]`` pixel boxes of the removed classes (the fill mask).
+    ``phrases`` are the caption's annotated entity phrases (Flickr30k), JSON-encoded.
+    """
+
+    key: str
+    source_image_id: int
+    source_caption_id: int
+    source_caption: str
+    phrases: str
+    path: str
+    width: int
+    height: int
+    removed: tuple[str, ...]
+    kept: tuple[str, ...]
+    boxes: tuple[tuple[float, float, float, float], ...]
+
+    def to_dict(self) -> dict:
+        """Flat JSON-friendly columns (tuples as JSON strings) for Ray Data and Parquet."""
+        return {
+            "key": self.key,
+            "source_image_id": self.source_image_id,
+            "source_caption_id": self.source_caption_id,
+            "source_caption": self.source_caption,
+            "phrases": self.phrases,
+            "path": self.path,
+            "width": self.width,
+            "height": self.height,
+            "removed": json.dumps(self.removed),
+            "kept": json.dumps(self.kept),
+            "boxes": json.dumps(self.boxes),
+        }
+
+    @classmethod
+    def from_dict(cls, row: dict) -> PlannedRow:
+        """The inverse of :meth:`to_dict` (accepts numpy scalars from Ray batches)."""
+        return cls(
+            key=str(row["key"]),
+            source_image_id=int(row["source_image_id"]),
+            source_caption_id=int(row["source_caption_id"]),
+            source_caption=str(row["source_caption"]),
+            phrases=str(row["phrases"]),
+            path=str(row["path"]),
+            width=int(row["width"]),
+            height=int(row["height"]),
+            removed=tuple(json.loads(row["removed"])),
+            kept=tuple(json.loads(row["kept"])),
+            boxes=tuple(tuple(b) for b in json.loads(row["boxes"])),
+        )
+
+
+def row_key(image_id: int, removed: Sequence[str], caption_id: int) -> str:
+    """The deterministic key of a synthetic row."""
+    return f"{image_id}/{'+'.join(removed)}/{caption_id}"
+
+
+def row_seed(seed: int, key: str) -> int:
+    """A 32-bit seed for the random choices of one row (caption draw, prompt, diffusion noise)."""
+    return zlib.crc32(f"{seed}/{key}".encode())
+
+
+def image_plans(
+    record: ImageRecord, alpha1: float, alpha2: float, alpha3: float
+) -> list[tuple[str, ...]]:
+    """``plan_removals`` on a record's objects (raises ValueError on malformed boxes)."""
+    objects = [(o.category, list(o.bbox)) for o in record.objects]
+    return plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3)
+
+
+def plan_rows(
+    record: ImageRecord,
+    plans: Sequence[tuple[str, ...]],
+    mentions: Sequence[set[str]] | None,
+    *,
+    captions_per_image: int | None,
+    seed: int,
+) -> list[PlannedRow]:
+    """The rows of one image, in (plan, caption) order.
+
+    Args:
+        record: the source image.
+        plans: its removal plans (:func:`image_plans`).
+        mentions: the classes each caption of ``record`` mentions (caption order), or None when
+            every caption is eligible (prompt / captioner captions).
+        captions_per_image: captions drawn per plan, None for all eligible ones.
+        seed: the build's seed.
+    """
+    if mentions is not None and len(mentions) != len(record.captions):
+        raise ValueError(f"image {record.image_id}: {len(mentions)} mentions for captions")
+    rows = []
+    for plan in plans:
+        removed = set(plan)
+        eligible = [
+            i for i in range(len(record.captions)) if mentions is None or mentions[i] & removed
+        ]
+        if captions_per_image is not None and len(eligible) > captions_per_image:
+            rng = np.random.default_rng(row_seed(seed, row_key(record.image_id, plan, -1)))
+            eligible = sorted(rng.choice(eligible, size=captions_per_image, replace=False))
+        kept = tuple(sorted(record.categories - removed))
+        boxes = tuple(tuple(o.bbox) for o in record.objects if o.category in removed)
+        for i in eligible:
+            caption = record.captions[i]
+            rows.append(
+                PlannedRow(
+                    key=row_key(record.image_id, plan, caption.id),
+                    source_image_id=record.image_id,
+                    source_caption_id=caption.id,
+                    source_caption=caption.text,
+                    phrases=json.dumps([[p.text, list(p.types)] for p in caption.phrases]),
+                    path=str(record.path),
+                    width=record.width,
+                    height=record.height,
+                    removed=tuple(plan),
+                    kept=kept,
+                    boxes=boxes,
+                )
+            )
+    return rows

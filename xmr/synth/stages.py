@@ -1,0 +1,369 @@
+"""The four stages of a D′ build, as plain :class:`~xmr.pipeline.Stage` classes.
+
+``DetectObjects`` (optional) -> ``PlanRows`` -> ``FillImages`` -> ``WriteCaptions``. Each takes a
+numpy batch of columns and returns one; none raises on a bad row. A failed row keeps flowing with
+its reason in the error columns (``error_stage``, ``error_type``, ``error``) and later stages pass
+it through untouched, so every planned row reaches the writer. ``seconds_<stage>`` columns carry
+each row's share of its batch's processing time (the profile in the manifest).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from xmr.data.errors import DataError
+from xmr.data.images import load_image
+from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
+from xmr.pipeline.stage import Batch, Resources, Stage
+from xmr.synth.captions import ImageCaptioner, prompt_caption, rewrite_caption
+from xmr.synth.config import SynthConfig
+from xmr.synth.fill import CPU_FILLS
+from xmr.synth.planning import box_mask
+from xmr.synth.rows import PlannedRow, image_plans, plan_rows, row_seed
+from xmr.text import caption_mentions
+
+ERROR_COLUMNS = ("error_stage", "error_type", "error")
+PNG_COMPRESSION = 3  # zlib level: ~2x faster than PIL's default 6, files ~10% larger
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    return type(exc).__name__, str(exc)
+
+
+def _blank_errors(n: int) -> dict[str, np.ndarray]:
+    return {name: np.array([""] * n, dtype=object) for name in ERROR_COLUMNS}
+
+
+def _failed(batch: Batch) -> np.ndarray:
+    """``[B]`` bool: rows that an earlier stage already failed."""
+    return np.array([bool(e) for e in batch["error"]], dtype=bool)
+
+
+def _set_error(batch: Batch, i: int, stage: str, exc: BaseException) -> None:
+    batch["error_stage"][i] = stage
+    batch["error_type"][i], batch["error"][i] = _describe(exc)
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """``[H, W, 3]`` uint8 RGB -> PNG bytes (deterministic)."""
+    ok, data = cv2.imencode(
+        ".png",
+        np.ascontiguousarray(image[..., ::-1]),
+        [cv2.IMWRITE_PNG_COMPRESSION, PNG_COMPRESSION],
+    )
+    if not ok:
+        raise ValueError("PNG encoding failed")
+    return data.tobytes()
+
+
+def decode_png(data: bytes) -> Image.Image:
+    """PNG bytes -> RGB PIL image."""
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def load_source(row: PlannedRow) -> np.ndarray:
+    """The source image of a row as ``[H, W, 3]`` uint8, checked against the annotated size.
+
+    Raises:
+        DataError: missing or unreadable file, or a size that differs from the annotation.
+    """
+    image = np.asarray(load_image(row.path))
+    height, width = image.shape[:2]
+    if (width, height) != (row.width, row.height):
+        raise DataError(
+            f"{row.path}: image is {width}x{height} but its annotation says "
+            f"{row.width}x{row.height}"
+        )
+    return image
+
+
+def row_mask(row: PlannedRow) -> np.ndarray:
+    """``[H, W]`` bool: the region to fill (the removed classes' boxes).
+
+    Raises:
+        ValueError: the boxes cover no pixel (degenerate boxes).
+    """
+    mask = box_mask(row.boxes, row.width, row.height)
+    if not mask.any():
+        raise ValueError(f"degenerate boxes {list(row.boxes)}: the removed region is empty")
+    return mask
+
+
+class DetectObjects(Stage):
+    """``record`` (JSON) -> ``record`` with GroundingDINO's detections as its objects.
+
+    For data without box annotations (``--boxes groundingdino``). A record whose image cannot be
+    read or detected gets an error (key: its image id).
+    """
+
+    name = "detect"
+
+    def __init__(
+        self,
+        config: SynthConfig,
+        classes: list[str],
+        resources: Resources,
+        batch_size: int,
+        device: str = "auto",
+    ) -> None:
+        super().__init__(resources, batch_size)
+        self.config = config
+        self.classes = classes
+        self.device = device
+        self.detector = None
+
+    def setup(self) -> None:
+        from xmr.detection import GroundingDinoDetector
+
+        self.detector = GroundingDinoDetector(
+            self.classes,
+            self.config.detector_model,
+            device=self.device,
+            box_threshold=self.config.box_threshold,
+            text_threshold=self.config.text_threshold,
+        )
+        self.detector.load()
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        n = len(batch["record"])
+        out = {"record": batch["record"].copy(), "key": batch["key"], **_blank_errors(n)}
+        records = [ImageRecord.from_dict(json.loads(r)) for r in batch["record"]]
+        images, ok = [], []
+        for i, record in enumerate(records):
+            try:
+                images.append(load_image(record.path))
+                ok.append(i)
+            except DataError as exc:
+                _set_error(out, i, self.name, exc)
+        if ok:
+            try:
+                detections = self.detector.detect(images)
+            except (RuntimeError, ValueError) as exc:
+                for i in ok:
+                    _set_error(out, i, self.name, exc)
+                detections = []
+            for i, found in zip(ok, detections, strict=False):
+                record = records[i]
+                objects = tuple(ObjectAnnotation(d.category, d.bbox, {}) for d in found)
+                detected = ImageRecord(
+                    record.image_id,
+                    record.path,
+                    record.width,
+                    record.height,
+                    record.captions,
+                    objects,
+                    record.split,
+                )
+                out["record"][i] = json.dumps(detected.to_dict())
+        out["seconds_detect"] = np.full(n, (time.perf_counter() - start) / max(n, 1))
+        return out
+
+
+_ROW_COLUMNS = tuple(PlannedRow.__dataclass_fields__)
+
+
+class PlanRows(Stage):
+    """``record`` (JSON) -> the image's planned rows (:func:`xmr.synth.rows.plan_rows`).
+
+    One input row becomes zero or more output rows. A record whose boxes cannot be planned, or
+    that an earlier stage failed, becomes one error row keyed by its image id.
+    """
+
+    name = "plan"
+    needs_actor = False
+
+    def __init__(self, config: SynthConfig, resources: Resources, batch_size: int) -> None:
+        super().__init__(resources, batch_size)
+        self.config = config
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        c = self.config
+        rows: list[dict] = []
+        planned: list[tuple[ImageRecord, list[tuple[str, ...]]]] = []
+        failed = "error" in batch
+        for i, (key, text) in enumerate(zip(batch["key"], batch["record"], strict=True)):
+            if failed and batch["error"][i]:
+                stage, kind, message = (batch[name][i] for name in ERROR_COLUMNS)
+                rows.append(self._error_row(key, stage, kind, message))
+                continue
+            record = ImageRecord.from_dict(json.loads(text))
+            try:
+                plans = image_plans(record, c.alpha1, c.alpha2, c.alpha3)
+            except ValueError as exc:
+                rows.append(self._error_row(key, self.name, *_describe(exc)))
+                continue
+            if plans:
+                planned.append((record, plans))
+        if c.caption == "np-removal":
+            mentions = caption_mentions(c.dataset, [record for record, _ in planned])
+        offset = 0
+        for record, plans in planned:
+            own = None
+            if c.caption == "np-removal":
+                own = mentions[offset : offset + len(record.captions)]
+                offset += len(record.captions)
+            for row in plan_rows(
+                record, plans, own, captions_per_image=c.captions_per_image, seed=c.seed
+            ):
+                rows.append({**row.to_dict(), "error_stage": "", "error_type": "", "error": ""})
+        columns = {
+            name: np.array([r[name] for r in rows], dtype=object)
+            for name in (*_ROW_COLUMNS, *ERROR_COLUMNS)
+        }
+        columns["seconds_plan"] = np.full(
+            len(rows), (time.perf_counter() - start) / max(len(rows), 1)
+        )
+        return columns
+
+    @staticmethod
+    def _error_row(key: str, stage: str, error_type: str, message: str) -> dict:
+        empty = PlannedRow(str(key), -1, -1, "", "[]", "", 0, 0, (), (), ()).to_dict()
+        return {**empty, "error_stage": stage, "error_type": error_type, "error": message}
+
+
+class FillImages(Stage):
+    """Planned rows -> ``image`` (PNG bytes of the filled source image; ``b""`` on error)."""
+
+    name = "fill"
+
+    def __init__(
+        self, config: SynthConfig, resources: Resources, batch_size: int, device: str = "auto"
+    ) -> None:
+        super().__init__(resources, batch_size)
+        self.config = config
+        self.device = device
+        self.inpainter = None
+
+    @property
+    def needs_actor(self) -> bool:
+        return self.config.fill == "sd"
+
+    def setup(self) -> None:
+        if self.config.fill == "sd":
+            from xmr.synth.sd_inpaint import StableDiffusionInpainter
+
+            c = self.config
+            self.inpainter = StableDiffusionInpainter(
+                c.sd_model,
+                device=self.device,
+                steps=c.sd_steps,
+                guidance_scale=c.sd_guidance,
+                resolution=c.sd_resolution,
+            )
+            self.inpainter.load()
+        elif self.resources.cpus >= 1:
+            cv2.setNumThreads(int(self.resources.cpus))
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        out = dict(batch)
+        n = len(batch["key"])
+        for name in ERROR_COLUMNS:
+            out[name] = batch[name].copy()
+        images = np.array([b""] * n, dtype=object)
+        failed = _failed(batch)
+        sources: dict[int, tuple[PlannedRow, np.ndarray, np.ndarray]] = {}
+        for i in np.flatnonzero(~failed):
+            row = PlannedRow.from_dict({k: batch[k][i] for k in _ROW_COLUMNS})
+            try:
+                sources[i] = (row, load_source(row), row_mask(row))
+            except (DataError, ValueError) as exc:
+                _set_error(out, i, self.name, exc)
+        if self.inpainter is None:
+            fill: Callable[[np.ndarray, np.ndarray], np.ndarray] = CPU_FILLS[self.config.fill]
+            for i, (_, image, mask) in sources.items():
+                try:
+                    images[i] = encode_png(fill(image, mask))
+                except (ValueError, cv2.error) as exc:
+                    _set_error(out, i, self.name, exc)
+        elif sources:
+            index = list(sources)
+            try:
+                filled = self.inpainter.inpaint(
+                    [sources[i][1] for i in index],
+                    [sources[i][2] for i in index],
+                    [row_seed(self.config.seed, sources[i][0].key) for i in index],
+                    [", ".join(sources[i][0].removed) for i in index],
+                )
+                for i, image in zip(index, filled, strict=True):
+                    images[i] = encode_png(image)
+            except (RuntimeError, ValueError) as exc:  # e.g. CUDA out of memory: the whole batch
+                for i in index:
+                    _set_error(out, i, self.name, exc)
+        out["image"] = images
+        out["seconds_fill"] = np.full(n, (time.perf_counter() - start) / max(n, 1))
+        return out
+
+
+class WriteCaptions(Stage):
+    """Filled rows -> ``caption``: noun-phrase removal, a prompt, or a captioning model."""
+
+    name = "caption"
+
+    def __init__(
+        self, config: SynthConfig, resources: Resources, batch_size: int, device: str = "auto"
+    ) -> None:
+        super().__init__(resources, batch_size)
+        self.config = config
+        self.device = device
+        self.captioner: ImageCaptioner | None = None
+
+    @property
+    def needs_actor(self) -> bool:
+        return self.config.caption == "captioner"
+
+    def setup(self) -> None:
+        if self.config.caption == "captioner":
+            self.captioner = ImageCaptioner(self.config.captioner_model, device=self.device)
+            self.captioner.load()
+
+    def _one(self, batch: Batch, i: int) -> str:
+        removed = json.loads(batch["removed"][i])
+        if self.config.caption == "prompt":
+            kept = json.loads(batch["kept"][i])
+            return prompt_caption(kept, row_seed(self.config.seed, str(batch["key"][i])))
+        phrases = tuple(
+            EntityPhrase(t, tuple(types)) for t, types in json.loads(batch["phrases"][i])
+        )
+        caption = Caption(
+            int(batch["source_caption_id"][i]), str(batch["source_caption"][i]), phrases
+        )
+        return rewrite_caption(caption, removed, self.config.dataset)
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        out = dict(batch)
+        n = len(batch["key"])
+        for name in ERROR_COLUMNS:
+            out[name] = batch[name].copy()
+        captions = np.array([""] * n, dtype=object)
+        todo = np.flatnonzero(~_failed(batch))
+        if self.captioner is None:
+            for i in todo:
+                try:
+                    captions[i] = self._one(batch, i)
+                except (ValueError, LookupError) as exc:
+                    _set_error(out, i, self.name, exc)
+        elif len(todo):
+            try:
+                texts = self.captioner.caption([decode_png(batch["image"][i]) for i in todo])
+                for i, text in zip(todo, texts, strict=True):
+                    if text.strip():
+                        captions[i] = text
+                    else:
+                        _set_error(out, i, self.name, ValueError("the captioner wrote no words"))
+            except (RuntimeError, ValueError, OSError) as exc:
+                for i in todo:
+                    _set_error(out, i, self.name, exc)
+        out["caption"] = captions
+        out["seconds_caption"] = np.full(n, (time.perf_counter() - start) / max(n, 1))
+        return out
