@@ -154,9 +154,19 @@ def _resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _looks_local(model: str) -> bool:
-    """Whether ``model`` names a filesystem path rather than a Hub id ("owner/name")."""
-    return Path(model).expanduser().is_absolute() or model.startswith((".", "~"))
+def _source(model: str) -> str:
+    """What to pass to ``from_pretrained``: a local directory's expanded path, or the Hub id.
+
+    ``model`` is local when it exists, is absolute or starts with ``.`` / ``~``; a local one
+    that is not a directory raises ``FileNotFoundError`` naming it.
+    """
+    path = Path(model).expanduser()
+    if not (path.exists() or path.is_absolute() or model.startswith((".", "~"))):
+        return model
+    if not path.is_dir():
+        problem = "is not a directory" if path.exists() else "does not exist"
+        raise FileNotFoundError(f"GroundingDINO model directory {model!r} {problem}")
+    return str(path)
 
 
 class GroundingDinoDetector:
@@ -205,13 +215,11 @@ class GroundingDinoDetector:
         if self._model is not None:
             return self
         name = self.model_name
-        if _looks_local(name) and not Path(name).expanduser().is_dir():
-            raise FileNotFoundError(f"GroundingDINO model directory {name!r} does not exist")
-        source = str(Path(name).expanduser()) if _looks_local(name) else name
+        source = _source(name)
         try:
             processor = AutoProcessor.from_pretrained(source)
             model = GroundingDinoForObjectDetection.from_pretrained(source)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # missing files / unrecognised processor
             raise RuntimeError(
                 f"could not load the GroundingDINO model {name!r}: it must be a directory saved "
                 "with save_pretrained (model and processor) or a Hugging Face Hub id that is "
