@@ -35,7 +35,7 @@ def images() -> list[Image.Image]:
     rng = np.random.default_rng(0)
     return [
         Image.fromarray(rng.integers(0, 256, (128, 128, 3), dtype=np.uint8)),
-        Image.fromarray(rng.integers(0, 256, (150, 200), dtype=np.uint8), mode="L"),
+        Image.fromarray(rng.integers(0, 256, (150, 200), dtype=np.uint8)),  # mode "L"
     ]
 
 
