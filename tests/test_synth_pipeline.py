@@ -195,8 +195,8 @@ def test_groundingdino_boxes_replace_annotations(small_toyworld, local_ray, tmp_
         tmp_path / "out",
         boxes="groundingdino",
         detector_model=str(detector),
-        box_threshold=0.0,
-        text_threshold=0.0,
+        box_threshold=0.01,
+        text_threshold=0.01,
         caption="prompt",
         limit=6,
     )

@@ -58,11 +58,17 @@ def test_yaml_config_with_flag_overrides(tmp_path) -> None:
         ({"captions_per_image": "some"}, "--captions-per-image"),
         ({"colour": "red"}, "unknown option(s) colour"),
         ({"max_error_rate": 2.0}, "--max-error-rate"),
+        ({"box_threshold": 0.0}, "--box-threshold must be in"),
     ],
 )
 def test_bad_options_are_named(overrides, message) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_configs(None, overrides)
+
+
+def test_a_missing_model_folder_is_named_before_anything_runs(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="--sd-model"):
+        load_configs(None, {"fill": "sd", "sd_model": str(tmp_path / "no-such-model")})
 
 
 def test_fingerprint_ignores_where_the_data_is_but_not_what_is_built() -> None:

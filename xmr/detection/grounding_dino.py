@@ -17,10 +17,13 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from PIL import Image
-from transformers import AutoProcessor, GroundingDinoForObjectDetection, GroundingDinoProcessor
+
+if TYPE_CHECKING:  # torch and transformers are imported on use: they take seconds to import
+    import torch
+    from transformers import GroundingDinoForObjectDetection, GroundingDinoProcessor
 
 DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-tiny"
 
@@ -149,6 +152,8 @@ def _strip_tokens(label: str, tokens: Sequence[str]) -> str:
 
 
 def _resolve_device(device: str) -> torch.device:
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
@@ -214,6 +219,8 @@ class GroundingDinoDetector:
         """
         if self._model is not None:
             return self
+        from transformers import AutoProcessor, GroundingDinoForObjectDetection
+
         name = self.model_name
         source = _source(name)
         try:
@@ -255,15 +262,17 @@ class GroundingDinoDetector:
                 per_image.extend(detections)
         return [sorted(per_image, key=lambda d: -d.score) for per_image in found]
 
-    @torch.inference_mode()
     def _detect_chunk(
         self, images: list[Image.Image], sizes: list[tuple[int, int]], chunk: tuple[str, ...]
     ) -> list[list[Detection]]:
         """One forward pass prompting ``chunk``; ``sizes`` are ``(height, width)`` in pixels."""
+        import torch
+
         processor = self._processor
         prompt = grounding_prompt(chunk)
         inputs = processor(images=images, text=[prompt] * len(images), return_tensors="pt")
-        outputs = self._model(**inputs.to(self.device))
+        with torch.inference_mode():
+            outputs = self._model(**inputs.to(self.device))
         results = processor.post_process_grounded_object_detection(
             outputs,
             inputs["input_ids"],

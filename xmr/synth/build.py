@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -194,7 +195,8 @@ def plan_pass(
     detect = config.boxes == "groundingdino"
     place = _placement(int(detect), runtime)
     items = [{"key": str(r.image_id), "record": json.dumps(r.to_dict())} for r in records]
-    ds = ray.data.from_items(items)
+    blocks = math.ceil(len(items) / runtime.batch_size)
+    ds = ray.data.from_items(items, override_num_blocks=blocks)
     detect_actors = 0
     if detect:
         resources = place.resources(True)
@@ -203,7 +205,7 @@ def plan_pass(
         stage = DetectObjects(config, classes, resources, runtime.batch_size, _device(resources))
         ds = map_stage(ds, stage, actors=detect_actors)
     cpu_default = place.cpus - (detect_actors if detect and not place.gpus else 0)
-    plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, len(records)))
+    plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, blocks))
     ds = map_stage(ds, PlanRows(config, Resources(1.0), runtime.batch_size), actors=plan_actors)
     rows, errors, busy = [], [], Counter()
     for batch in _collect(ds):
@@ -290,12 +292,19 @@ def synth_pass(
     fill_gpu, caption_gpu = config.fill == "sd", config.caption == "captioner"
     place = _placement(int(fill_gpu) + int(caption_gpu), runtime)
     fill_res, caption_res = place.resources(fill_gpu), place.resources(caption_gpu)
-    caption_actors = place.actors(runtime.caption_actors, caption_gpu, place.cpus // 4)
-    cpu_left = place.cpus - (0 if caption_res.gpus else caption_actors)
-    fill_actors = place.actors(runtime.fill_actors, fill_gpu, cpu_left)
+    if not (fill_gpu or caption_gpu):
+        # Two CPU task stages with the same width: Ray Data fuses them into one task per batch.
+        blocks = math.ceil(len(todo) / runtime.batch_size)
+        fill_actors = place.actors(runtime.fill_actors, False, min(place.cpus, blocks))
+        caption_actors = place.actors(runtime.caption_actors, False, fill_actors)
+    else:
+        caption_actors = place.actors(runtime.caption_actors, caption_gpu, place.cpus // 4)
+        cpu_left = place.cpus - (0 if caption_res.gpus else caption_actors)
+        fill_actors = place.actors(runtime.fill_actors, fill_gpu, cpu_left)
     fill_batch = runtime.batch_size if not fill_res.gpus else min(runtime.batch_size, 8)
     blank = {name: "" for name in ERROR_COLUMNS}
-    ds = ray.data.from_items([{**r.to_dict(), **blank} for r in todo])
+    blocks = math.ceil(len(todo) / runtime.batch_size)
+    ds = ray.data.from_items([{**r.to_dict(), **blank} for r in todo], override_num_blocks=blocks)
     ds = map_stage(
         ds, FillImages(config, fill_res, fill_batch, device=_device(fill_res)), actors=fill_actors
     )
@@ -307,6 +316,7 @@ def synth_pass(
     assembler = _ShardAssembler(runtime.out, shards, pending)
     busy: Counter = Counter()
     for batch in _collect(ds):
+        start = time.perf_counter()
         for name in ("seconds_fill", "seconds_caption"):
             busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
         for i in range(len(batch["key"])):
@@ -315,6 +325,7 @@ def synth_pass(
             else:
                 row = _output_row(batch, i, config)
                 assembler.add(row["key"], row, None)
+        busy["write"] += time.perf_counter() - start
     assembler.check_complete()
     return dict(busy)
 

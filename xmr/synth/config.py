@@ -17,12 +17,17 @@ from typing import Any
 import yaml
 
 from xmr import __version__
+from xmr.detection import DEFAULT_DETECTOR
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 from xmr.synth.fill import FILL_METHODS
 from xmr.synth.sd_inpaint import DEFAULT_SD_MODEL
 
 BOX_SOURCES = ("gt", "groundingdino")
-DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-tiny"
+
+
+def _looks_local(model: str) -> bool:
+    """A model argument that names a folder rather than a Hub repo id."""
+    return model.startswith(("/", ".", "~")) or Path(model).exists()
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,12 @@ class SynthConfig:
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"--{name} must be in (0, 1], got {getattr(self, name)}")
         for name in ("box_threshold", "text_threshold"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1)")
+            if not 0 < getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1)")
+        for name in ("sd_model", "captioner_model", "detector_model"):
+            value = getattr(self, name)
+            if _looks_local(value) and not Path(value).expanduser().is_dir():
+                raise FileNotFoundError(f"--{name.replace('_', '-')} {value} is not a folder")
         positive = {
             "captions-per-image": self.captions_per_image,
             "limit": self.limit,

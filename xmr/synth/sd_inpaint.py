@@ -17,13 +17,12 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import torch
 
 from xmr.synth.fill import check_fill_inputs
 
 DEFAULT_SD_MODEL = "stabilityai/stable-diffusion-2-inpainting"
 PROMPT = ""  # no content prompt: the context decides; see the module docstring
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES = ("float16", "bfloat16", "float32")  # torch dtype names; torch is imported on use
 
 
 def _resize(image: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -77,13 +76,15 @@ class StableDiffusionInpainter:
             raise ValueError(f"resolution must be a positive multiple of 8, got {resolution}")
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}")
+        import torch
+
         self.model = str(model)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if dtype == "auto":
             dtype = "float16" if torch.device(device).type == "cuda" else "float32"
         self.device = device
-        self.dtype = DTYPES[dtype]
+        self.dtype = getattr(torch, dtype)
         self.steps = steps
         self.guidance_scale = guidance_scale
         self.resolution = resolution
@@ -171,6 +172,8 @@ class StableDiffusionInpainter:
         size = self.resolution
         model_images = [Image.fromarray(_resize(image, size, size)) for image in images]
         model_masks = [Image.fromarray(_resize_mask(mask, size) * np.uint8(255)) for mask in masks]
+        import torch
+
         generators = [torch.Generator(self.device).manual_seed(int(seed)) for seed in seeds]
         generated = self.pipeline(
             prompt=[PROMPT] * n,

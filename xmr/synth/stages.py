@@ -222,6 +222,10 @@ class PlanRows(Stage):
         columns["seconds_plan"] = np.full(
             len(rows), (time.perf_counter() - start) / max(len(rows), 1)
         )
+        if "seconds_detect" in batch:  # carry the detector's time on to the planned rows
+            columns["seconds_detect"] = np.full(
+                len(rows), float(np.sum(batch["seconds_detect"])) / max(len(rows), 1)
+            )
         return columns
 
     @staticmethod

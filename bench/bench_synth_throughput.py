@@ -1,0 +1,162 @@
+"""Benchmark: D′ build throughput, Ray Data pipeline vs a plain single-process loop.
+
+Both do the same work on the same inputs: plan removals (with caption mentions), load each source
+image, fill the removed boxes, encode PNG, rewrite the caption by noun-phrase removal and commit
+Parquet shards. The loop calls the very same stage classes one batch at a time in this process;
+the pipeline is ``xmr.synth.build.synthesize`` on a local Ray (started once, outside the timings;
+its cold start is reported separately). Reports rows/s of each, the ratio, a table over fill
+actor counts, and a profile of the loop (where the time goes).
+
+Run from the repository root with ``xmr`` importable and ``NLTK_DATA`` set if the tagger cannot be
+downloaded:
+
+    python bench/bench_synth_throughput.py                       # ToyWorld (2,000 train images)
+    python bench/bench_synth_throughput.py --coco ../shared/data/coco-mini   # + real COCO sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+
+from xmr.data.default_world import default_toyworld
+from xmr.pipeline import Resources
+from xmr.synth.build import read_inputs, synthesize
+from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.output import commit_shard, split_shards
+from xmr.synth.stages import FillImages, PlanRows, WriteCaptions
+
+
+def _column_batch(rows: list[dict]) -> dict[str, np.ndarray]:
+    return {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
+
+
+def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> tuple[int, float]:
+    """The same stages, one batch after another in this process. Returns (rows, seconds)."""
+    start = time.perf_counter()
+    records, _ = read_inputs(config, root)
+    plan = PlanRows(config, Resources(1.0), batch_size)
+    fill = FillImages(config, Resources(1.0), batch_size)
+    caption = WriteCaptions(config, Resources(1.0), batch_size)
+    planned: list[dict] = []
+    for i in range(0, len(records), batch_size):
+        chunk = records[i : i + batch_size]
+        batch = {
+            "key": np.array([str(r.image_id) for r in chunk], dtype=object),
+            "record": np.array([json.dumps(r.to_dict()) for r in chunk], dtype=object),
+        }
+        result = plan.run_local(batch)
+        planned += [
+            {k: result[k][j] for k in result if not k.startswith("seconds_")}
+            for j in range(len(result["key"]))
+            if not result["error"][j]
+        ]
+    by_key = {r["key"]: r for r in planned}
+    for index, keys in enumerate(split_shards(list(by_key), config.rows_per_shard)):
+        done = caption.run_local(fill.run_local(_column_batch([by_key[k] for k in keys])))
+        rows, errors = [], []
+        for j, key in enumerate(done["key"]):
+            if done["error"][j]:
+                errors.append(
+                    {
+                        "key": key,
+                        "stage": done["error_stage"][j],
+                        "error_type": done["error_type"][j],
+                        "message": done["error"][j],
+                    }
+                )
+            else:
+                rows.append({
+                    "key": key, "image": done["image"][j], "caption": done["caption"][j],
+                    "source_image_id": int(done["source_image_id"][j]),
+                    "source_caption_id": int(done["source_caption_id"][j]),
+                    "source_caption": done["source_caption"][j],
+                    "removed_classes": json.loads(done["removed"][j]),
+                    "kept_classes": json.loads(done["kept"][j]),
+                    "removed_boxes": json.loads(done["boxes"][j]),
+                    "width": int(done["width"][j]), "height": int(done["height"][j]),
+                    "fill": config.fill, "caption_method": config.caption,
+                })  # fmt: skip
+        commit_shard(out, index, rows, errors)
+    return len(planned), time.perf_counter() - start
+
+
+def pipeline_build(config: SynthConfig, out: Path, fill_actors: int) -> dict:
+    runtime = SynthRuntime(out=out, fill_actors=fill_actors, caption_actors=fill_actors,
+                           progress=False, log_mlflow=False)  # fmt: skip
+    return synthesize(config, runtime).manifest
+
+
+def profile_loop(config: SynthConfig, root: Path, batch_size: int, top: int = 12) -> str:
+    profiler = cProfile.Profile()
+    with tempfile.TemporaryDirectory() as tmp:
+        profiler.enable()
+        loop_build(config, root, Path(tmp), batch_size)
+        profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def bench(name: str, config: SynthConfig, root: Path, batch_size: int, actors: list[int]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, loop_s = loop_build(config, root, Path(tmp) / "loop", batch_size)
+    print(f"\n## {name}: {rows} rows, fill={config.fill}, caption={config.caption}\n")
+    print("| run | plan s | synth s | total s | rows/s (total) | vs loop |")
+    print("|---|---|---|---|---|---|")
+    print(f"| plain loop, 1 process | | | {loop_s:.1f} | {rows / loop_s:.1f} | 1.00 |")
+    for n in actors:
+        with tempfile.TemporaryDirectory() as tmp:
+            m = pipeline_build(config, Path(tmp) / "out", n)
+        t = m["timings_s"]
+        total = t["total"]
+        print(f"| Ray Data, {n} worker(s) | {t['plan']:.1f} | "
+              f"{t['synthesize']:.1f} | {total:.1f} | {rows / total:.1f} | "
+              f"{loop_s / total:.2f} |")  # fmt: skip
+        print(f"|   busy s: {json.dumps(m['busy_s'])} | | | | | |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=2000, help="ToyWorld train images")
+    parser.add_argument("--coco", type=Path, help="a COCO-layout folder (e.g. coco-mini)")
+    parser.add_argument("--fill", default="telea")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--actors", default="1,2", help="fill actor counts to try")
+    parser.add_argument("--profile", action="store_true", help="print the loop's profile")
+    args = parser.parse_args()
+    actors = [int(a) for a in args.actors.split(",")]
+
+    t = time.perf_counter()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    print(f"Ray cold start: {time.perf_counter() - t:.1f} s on {os.cpu_count()} CPUs")
+    world = default_toyworld(0, progress=False)
+    toy = SynthConfig(data=world, limit=args.limit, fill=args.fill)
+    # Warm the pool's workers (imports, tagger) so both sides are measured warm.
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = SynthConfig(data=world, limit=50, fill=args.fill)
+        t = time.perf_counter()
+        pipeline_build(warm, Path(tmp) / "warm", 1)
+        print(f"first pipeline run (worker imports + tagger load): {time.perf_counter() - t:.1f} s")
+    bench(f"ToyWorld train, {args.limit} images at 128 px", toy, world, args.batch_size, actors)
+    if args.profile:
+        print(profile_loop(toy, world, args.batch_size))
+    if args.coco:
+        coco = SynthConfig(dataset="coco", data=args.coco, fill=args.fill)
+        bench("COCO (real images, ~640x480)", coco, args.coco, args.batch_size, actors)
+        if args.profile:
+            print(profile_loop(coco, args.coco, args.batch_size))
+
+
+if __name__ == "__main__":
+    main()
