@@ -52,7 +52,7 @@ def test_rewrite_the_papers_example(nltk_tagger: None, dataset: str) -> None:
             "Throws to his dog in the park.",
         ),
         ("A woman riding a horse next to a dog.", ("horse", "person"), "Riding next to a dog."),
-        ("A man and his dog", {"person", "dog"}, "And"),
+        ("A man and his dog on a bench.", {"person", "dog"}, "On a bench."),
     ],
 )
 def test_rewrite_removes_several_classes(

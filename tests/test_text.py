@@ -249,7 +249,10 @@ def test_remove_noun_phrases_of_the_papers_example(nltk_tagger):
         ("A frisbee, a dog and a cat.", {"frisbee"}, "A dog and a cat."),
         ("A dog with a frisbee.", {"cat"}, "A dog with a frisbee."),
         ("A  dog with a frisbee.", {"frisbee"}, "A dog with."),
-        ("Two puppies and a man", {"dog", "person"}, "And"),
+        ("Two puppies and a man", {"dog", "person"}, ""),
+        ("A woman, a car and a black bicycle.", {"bicycle"}, "A woman, a car."),
+        ("tables and chairs next to a beach.", {"dining table"}, "chairs next to a beach."),
+        ("A dog or a cat.", {"cat"}, "A dog."),
     ],
 )
 def test_remove_noun_phrases(nltk_tagger, caption, classes, expected):

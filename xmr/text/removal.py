@@ -18,15 +18,18 @@ _SPACE_BEFORE_PUNCT = re.compile(r" ([,.;:!?])")
 _REPEATED_SEPARATORS = re.compile(r"([,;:])(?: ?[,;:])+")
 _LEADING_SEPARATORS = re.compile(r"^[ ,;:]+")
 _TRAILING_SEPARATORS = re.compile(r"[ ,;:]+(?=[.!?]*$)")
+_LEADING_CONJUNCTION = re.compile(r"^(?:and|or)\b[ ,;:]*", re.IGNORECASE)
+_TRAILING_CONJUNCTION = re.compile(r"[ ,;:]*\b(?:and|or)(?=[.!?]*$)", re.IGNORECASE)
 
 
 def _tidy(text: str) -> str:
-    """Collapse whitespace and drop the separators a cut leaves behind ("a dog , ." -> "a dog.")."""
+    """Collapse whitespace and drop the separators and the "and" / "or" a cut leaves dangling at
+    either end ("a dog , ." -> "a dog."; "a table and ." -> "a table.")."""
     text = _SPACES.sub(" ", text).strip()
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)
     text = _REPEATED_SEPARATORS.sub(r"\1", text)
-    text = _LEADING_SEPARATORS.sub("", text)
-    return _TRAILING_SEPARATORS.sub("", text)
+    text = _LEADING_CONJUNCTION.sub("", _LEADING_SEPARATORS.sub("", text))
+    return _TRAILING_SEPARATORS.sub("", _TRAILING_CONJUNCTION.sub("", text))
 
 
 def cut_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
