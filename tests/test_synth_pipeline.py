@@ -203,3 +203,21 @@ def test_groundingdino_boxes_replace_annotations(small_toyworld, local_ray, tmp_
     manifest = result.manifest
     assert manifest["planned"] == manifest["written"] + manifest["errors"]
     assert manifest["busy_s"]["detect"] > 0
+
+
+def test_cli_logs_the_build_to_mlflow(small_toyworld, local_ray, tmp_path) -> None:
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["synth", "--data", str(small_toyworld), "--out", str(tmp_path / "out"), "--limit", "20"]
+    result = runner.invoke(app, [*args, "--tracking-uri", uri, "--no-progress", "--run-name", "t"])
+    assert result.exit_code in (0, 1), result.output
+    assert "planned" in result.output and "written" in result.output
+    mlflow.set_tracking_uri(uri)
+    (run,) = mlflow.search_runs(experiment_names=["xmr/synth/toyworld"], output_format="list")
+    assert run.data.params["synth.fill"] == "telea"
+    manifest = read_manifest(tmp_path / "out")
+    assert run.data.metrics["written"] == manifest["written"]
+    assert run.data.metrics["planned"] == manifest["planned"]
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    assert {"manifest.json", "samples.png"} <= artifacts

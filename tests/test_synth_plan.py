@@ -160,3 +160,35 @@ def test_out_dir_must_be_ours(tmp_path) -> None:
     (tmp_path / "thesis.tex").write_text("")
     with pytest.raises(DataError, match=r"thesis\.tex"):
         check_out_dir(tmp_path)
+
+
+def _planned_batch(world: Path, count: int) -> dict:
+    """Planned rows of ``world``'s first images, as the fill stage receives them."""
+    import numpy as np
+
+    rows = []
+    for record in read_toyworld(world, "train"):
+        plans = image_plans(record, 0.4, 0.8, 0.7)
+        rows += plan_rows(record, plans, None, captions_per_image=1, seed=0)
+        if len(rows) >= count:
+            break
+    blank = {"error_stage": "", "error_type": "", "error": ""}
+    dicts = [{**r.to_dict(), **blank} for r in rows[:count]]
+    return {k: np.array([d[k] for d in dicts], dtype=object) for k in dicts[0]}
+
+
+@pytest.mark.parametrize("fill", ["telea", "ns", "zero", "mean", "blur"])
+@pytest.mark.parametrize("caption", ["np-removal", "prompt"])
+def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger, fill, caption):
+    from xmr.pipeline import Resources
+    from xmr.synth.stages import FillImages, WriteCaptions, decode_png
+
+    config = SynthConfig(data=small_toyworld, fill=fill, caption=caption)
+    batch = _planned_batch(small_toyworld, 6)
+    filled = FillImages(config, Resources(), 8).run_local(batch)
+    done = WriteCaptions(config, Resources(), 8).run_local(filled)
+    ok = [i for i, error in enumerate(done["error"]) if not error]
+    assert ok
+    for i in ok:
+        assert decode_png(done["image"][i]).size == (done["width"][i], done["height"][i])
+        assert done["caption"][i]

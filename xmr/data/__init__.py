@@ -6,6 +6,7 @@ from xmr.data.flickr30k import read_flickr30k
 from xmr.data.images import load_image
 from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
 from xmr.data.registry import DATASETS, dataset_splits, read_dataset
+from xmr.data.synthetic import SyntheticPair, read_synthetic
 from xmr.data.toyworld_reader import Counterfactual, read_counterfactuals, read_toyworld
 
 __all__ = [
@@ -17,11 +18,13 @@ __all__ = [
     "EntityPhrase",
     "ImageRecord",
     "ObjectAnnotation",
+    "SyntheticPair",
     "dataset_splits",
     "load_image",
     "read_coco",
     "read_counterfactuals",
     "read_dataset",
     "read_flickr30k",
+    "read_synthetic",
     "read_toyworld",
 ]

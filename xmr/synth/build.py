@@ -403,6 +403,12 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
             "images": len(records),
             "rows_planned": len(rows),
             "errors_by_stage": {s: stage_errors.get(s, 0) for s in STAGES},
+            "rows_out_by_stage": {
+                "read": len(records),
+                "plan": len(rows),
+                "fill": len(rows) - stage_errors.get("fill", 0),
+                "caption": written,
+            },
             "shards": len(shards),
             "shards_resumed": len(done),
             "rows_this_run": rows_this_run,

@@ -90,7 +90,7 @@ def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) ->
         ax_mask.set_title(f"removed: {', '.join(row['removed_classes'])}", fontsize=8, color="red")
         ax_new.set_title(textwrap.shorten(f"→ {row['caption']}", 60), fontsize=8, color="green")
     fig.suptitle("D′ samples: original | removed region | synthetic (caption before → after)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (3.2 * len(rows))))
     fig.savefig(path, dpi=90)
     return path
 
