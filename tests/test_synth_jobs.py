@@ -16,6 +16,8 @@ import pytest
 from conftest import NLTK_DATA, REPO
 
 from xmr.data.synthetic import read_manifest, read_synthetic
+from xmr.synth.build import synthesize
+from xmr.synth.config import load_configs
 
 pytestmark = pytest.mark.slow
 
@@ -45,14 +47,17 @@ def _kill_tree(process: psutil.Process) -> None:
     psutil.wait_procs(family, timeout=30)
 
 
-def test_killed_build_resumes_to_the_uninterrupted_output(small_toyworld, tmp_path) -> None:
+def test_killed_build_resumes_to_the_uninterrupted_output(
+    small_toyworld, local_ray, tmp_path
+) -> None:
     command = [sys.executable, "-m", "xmr.synth"]
     reference = tmp_path / "reference"
-    done = subprocess.run(
-        [*command, *_synth_args(small_toyworld, reference)], env=_env(), capture_output=True,
-        text=True, timeout=600,
+    config, runtime = load_configs(
+        None,
+        {"data": small_toyworld, "out": reference, "rows_per_shard": 4, "batch_size": 4,
+         "caption": "prompt", "fill": "ns", "progress": False, "log_mlflow": False},
     )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr[-3000:]
+    synthesize(config, runtime)  # uninterrupted, in this process's Ray
     total = read_manifest(reference)["counts"]["shards"]
 
     out = tmp_path / "out"

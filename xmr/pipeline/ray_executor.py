@@ -52,24 +52,24 @@ def map_stage(ds: ray.data.Dataset, stage: Stage, *, actors: int) -> ray.data.Da
     A stage that :attr:`~xmr.pipeline.stage.Stage.needs_actor` gets a pool of that many actors
     (set up once each); any other runs as at most that many concurrent tasks.
     """
+    common = {
+        "num_cpus": stage.resources.cpus,
+        "num_gpus": stage.resources.gpus,
+        "batch_size": stage.batch_size,
+        "batch_format": "numpy",
+    }
     if stage.needs_actor:
         return ds.map_batches(
             _StageActor,
             fn_constructor_kwargs={"stage": stage},
             compute=ray.data.ActorPoolStrategy(size=actors),
-            num_cpus=stage.resources.cpus,
-            num_gpus=stage.resources.gpus,
-            batch_size=stage.batch_size,
-            batch_format="numpy",
+            **common,
         )
     return ds.map_batches(
         _run_task,
         fn_kwargs={"stage": stage},
         compute=ray.data.TaskPoolStrategy(size=actors),
-        num_cpus=stage.resources.cpus,
-        num_gpus=stage.resources.gpus,
-        batch_size=stage.batch_size,
-        batch_format="numpy",
+        **common,
     )
 
 

@@ -30,7 +30,7 @@ import ray
 import ray.data
 
 from xmr import __version__
-from xmr.data import DataIssue, read_dataset
+from xmr.data import DataError, DataIssue, read_dataset
 from xmr.data.coco import load_json
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
@@ -120,7 +120,7 @@ def inputs_hash(records: Sequence[ImageRecord], read_errors: Sequence[dict]) -> 
         data = record.to_dict()
         data["path"] = Path(data["path"]).name
         digest.update(json.dumps(data, sort_keys=True).encode())
-    digest.update(json.dumps(list(read_errors), sort_keys=True).encode())
+    digest.update(json.dumps(sorted(e["key"] for e in read_errors)).encode())
     return digest.hexdigest()[:16]
 
 
@@ -377,7 +377,11 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
         )
         timings["plan"] = time.perf_counter() - t
 
-    shards = split_shards([r.key for r in rows], config.rows_per_shard)
+    keys = [r.key for r in rows]
+    if len(set(keys)) != len(keys):
+        twice = next(k for k, n in Counter(keys).items() if n > 1)
+        raise DataError(f"row {twice} is planned twice: the data has duplicate caption ids")
+    shards = split_shards(keys, config.rows_per_shard)
     done = finished_shards(out, shards)
     pending = set(range(len(shards))) - done
     t = time.perf_counter()

@@ -234,10 +234,8 @@ class PlanRows(Stage):
         return {**empty, "error_stage": stage, "error_type": error_type, "error": message}
 
 
-class FillImages(Stage):
-    """Planned rows -> ``image`` (PNG bytes of the filled source image; ``b""`` on error)."""
-
-    name = "fill"
+class _RowStage(Stage):
+    """A stage over planned rows that adds columns and passes failed rows through."""
 
     def __init__(
         self, config: SynthConfig, resources: Resources, batch_size: int, device: str = "auto"
@@ -245,7 +243,21 @@ class FillImages(Stage):
         super().__init__(resources, batch_size)
         self.config = config
         self.device = device
-        self.inpainter = None
+
+    @staticmethod
+    def _output(batch: Batch) -> Batch:
+        """The batch's columns, with error columns this stage may write to."""
+        out = dict(batch)
+        for name in ERROR_COLUMNS:
+            out[name] = batch[name].copy()
+        return out
+
+
+class FillImages(_RowStage):
+    """Planned rows -> ``image`` (PNG bytes of the filled source image; ``b""`` on error)."""
+
+    name = "fill"
+    inpainter = None  # the Stable Diffusion pipeline, set up by ``--fill sd`` workers
 
     @property
     def needs_actor(self) -> bool:
@@ -269,10 +281,8 @@ class FillImages(Stage):
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
-        out = dict(batch)
+        out = self._output(batch)
         n = len(batch["key"])
-        for name in ERROR_COLUMNS:
-            out[name] = batch[name].copy()
         images = np.array([b""] * n, dtype=object)
         failed = _failed(batch)
         sources: dict[int, tuple[PlannedRow, np.ndarray, np.ndarray]] = {}
@@ -308,18 +318,11 @@ class FillImages(Stage):
         return out
 
 
-class WriteCaptions(Stage):
+class WriteCaptions(_RowStage):
     """Filled rows -> ``caption``: noun-phrase removal, a prompt, or a captioning model."""
 
     name = "caption"
-
-    def __init__(
-        self, config: SynthConfig, resources: Resources, batch_size: int, device: str = "auto"
-    ) -> None:
-        super().__init__(resources, batch_size)
-        self.config = config
-        self.device = device
-        self.captioner: ImageCaptioner | None = None
+    captioner: ImageCaptioner | None = None  # set up by ``--caption captioner`` workers
 
     @property
     def needs_actor(self) -> bool:
@@ -345,10 +348,8 @@ class WriteCaptions(Stage):
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
-        out = dict(batch)
+        out = self._output(batch)
         n = len(batch["key"])
-        for name in ERROR_COLUMNS:
-            out[name] = batch[name].copy()
         captions = np.array([""] * n, dtype=object)
         todo = np.flatnonzero(~_failed(batch))
         if self.captioner is None:
