@@ -145,3 +145,35 @@ def test_ray_job_submit_builds_dprime_on_a_running_cluster(small_toyworld, tmp_p
         assert db.is_file()
     finally:
         _stop_cluster(temp_dir)
+
+
+def test_a_worker_killed_mid_build_costs_nothing(small_toyworld, local_ray, tmp_path) -> None:
+    """Ray retries the task of a worker that dies; the output is still complete and exact."""
+    import threading
+
+    options = {"data": small_toyworld, "rows_per_shard": 4, "batch_size": 4, "caption": "prompt",
+               "fill": "ns", "progress": False, "log_mlflow": False}  # fmt: skip
+    reference = tmp_path / "reference"
+    synthesize(*load_configs(None, {**options, "out": reference}))
+    out = tmp_path / "out"
+    killed: list[int] = []
+
+    def kill_one_fill_worker() -> None:
+        deadline = time.monotonic() + 120
+        while not killed and time.monotonic() < deadline:
+            if list((out / "data").glob("part-*.parquet")):
+                for p in psutil.process_iter(["cmdline"]):
+                    title = " ".join(p.info["cmdline"] or [])
+                    if title.startswith("ray::MapBatches") and "_run_task" in title:
+                        p.kill()
+                        killed.append(p.pid)
+                        break
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_one_fill_worker)
+    killer.start()
+    result = synthesize(*load_configs(None, {**options, "out": out}))
+    killer.join()
+    assert killed, "no fill worker was found running"
+    assert result.manifest["planned"] == result.manifest["written"] + result.manifest["errors"]
+    assert _rows(out) == _rows(reference)

@@ -30,7 +30,7 @@ from xmr.synth.rows import PlannedRow, image_plans, plan_rows, row_seed
 from xmr.text import caption_mentions
 
 ERROR_COLUMNS = ("error_stage", "error_type", "error")
-PNG_COMPRESSION = 3  # zlib level: ~2x faster than PIL's default 6, files ~10% larger
+PNG_COMPRESSION = 3  # zlib level: 2x faster than level 6 on COCO photos, files 2 % larger
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:
