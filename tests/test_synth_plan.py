@@ -107,6 +107,37 @@ def test_caption_choice_is_seeded_and_all_takes_every_eligible_caption() -> None
     assert len(plan_rows(RECORD, plans, None, captions_per_image=None, seed=0)) == 4
 
 
+def test_np_removal_draws_only_captions_that_keep_a_word(nltk_tagger) -> None:
+    from xmr.synth.captions import rewrite_caption
+    from xmr.synth.rows import PlanFailure
+
+    record = ImageRecord(
+        7, Path("/data/7.png"), 100, 100,
+        (Caption(1, "A frisbee."), Caption(2, "A dog with a frisbee."), Caption(3, "A dog.")),
+        RECORD.objects, "train",
+    )  # fmt: skip
+    mentions = [{"frisbee"}, {"dog", "frisbee"}, {"dog"}]
+
+    def rewrite(caption, removed):
+        return rewrite_caption(caption, removed, "coco")
+
+    failures: list[PlanFailure] = []
+    for seed in range(20):
+        (row,) = plan_rows(record, [("frisbee",)], mentions, captions_per_image=1, seed=seed,
+                           rewrite=rewrite, failures=failures)  # fmt: skip
+        assert (row.source_caption_id, row.rewritten) == (2, "A dog with.")
+    assert failures == []
+    # Every caption naming a dog becomes empty: the plan is a failure, not a row.
+    dogless = ImageRecord(8, record.path, 100, 100, (Caption(4, "A dog."),), record.objects, "x")
+    rows = plan_rows(dogless, [("dog",)], [{"dog"}], captions_per_image=1, seed=0,
+                     rewrite=rewrite, failures=failures)  # fmt: skip
+    assert rows == []
+    assert failures[0].key == "8/dog/4" and failures[0].stage == "caption"
+    assert "becomes empty" in failures[0].message
+    with pytest.raises(ValueError, match="no caption keeps a word"):
+        plan_rows(dogless, [("dog",)], [{"dog"}], captions_per_image=1, seed=0, rewrite=rewrite)
+
+
 def test_planned_row_round_trips_through_columns() -> None:
     row = plan_rows(RECORD, [("dog",)], MENTIONS, captions_per_image=1, seed=0)[0]
     assert PlannedRow.from_dict(row.to_dict()) == row
@@ -162,19 +193,23 @@ def test_out_dir_must_be_ours(tmp_path) -> None:
         check_out_dir(tmp_path)
 
 
-def _planned_batch(world: Path, count: int) -> dict:
-    """Planned rows of ``world``'s first images, as the fill stage receives them."""
+def _planned_batch(config: SynthConfig, count: int) -> dict:
+    """The planner stage's rows for the first images of ``config.data``, as the fill gets them."""
+    import json
+
     import numpy as np
 
-    rows = []
-    for record in read_toyworld(world, "train"):
-        plans = image_plans(record, 0.4, 0.8, 0.7)
-        rows += plan_rows(record, plans, None, captions_per_image=1, seed=0)
-        if len(rows) >= count:
-            break
-    blank = {"error_stage": "", "error_type": "", "error": ""}
-    dicts = [{**r.to_dict(), **blank} for r in rows[:count]]
-    return {k: np.array([d[k] for d in dicts], dtype=object) for k in dicts[0]}
+    from xmr.pipeline import Resources
+    from xmr.synth.stages import PlanRows
+
+    records = read_toyworld(config.data, "train")[:count]
+    batch = {
+        "key": np.array([str(r.image_id) for r in records], dtype=object),
+        "record": np.array([json.dumps(r.to_dict()) for r in records], dtype=object),
+    }
+    planned = PlanRows(config, Resources(), 8).run_local(batch)
+    ok = [i for i, error in enumerate(planned["error"]) if not error]
+    return {k: v[ok] for k, v in planned.items() if not k.startswith("seconds_")}
 
 
 @pytest.mark.parametrize("fill", ["telea", "ns", "zero", "mean", "blur"])
@@ -184,7 +219,7 @@ def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger,
     from xmr.synth.stages import FillImages, WriteCaptions, decode_png
 
     config = SynthConfig(data=small_toyworld, fill=fill, caption=caption)
-    batch = _planned_batch(small_toyworld, 6)
+    batch = _planned_batch(config, 6)
     filled = FillImages(config, Resources(), 8).run_local(batch)
     done = WriteCaptions(config, Resources(), 8).run_local(filled)
     ok = [i for i, error in enumerate(done["error"]) if not error]

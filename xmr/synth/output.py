@@ -37,6 +37,7 @@ PLAN_SCHEMA = pa.schema(
         ("removed", pa.string()),
         ("kept", pa.string()),
         ("boxes", pa.string()),
+        ("rewritten", pa.string()),
     ]
 )
 _OURS = {DATA_DIR, SHARD_ERRORS_DIR, PLAN, PLAN_ERRORS, ERRORS, MANIFEST, "samples.png"}

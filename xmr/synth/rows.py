@@ -4,23 +4,24 @@ A row's key is ``"{image_id}/{removed classes joined by '+'}/{caption_id}"``: th
 the same data plans the same keys, which is what lets a rerun resume and skip finished rows.
 
 Caption choice (odmap paper §4.1: one caption of the five per image): for each plan, the eligible
-captions are those that mention a removed class when captions are rewritten by noun-phrase
-removal (a caption that never names a removed object has nothing to rewrite and would pair the
-synthetic image with an unchanged caption), else all captions. ``captions_per_image`` of them are
-drawn without replacement by a generator seeded with ``(seed, key prefix)``, so the choice is
-independent of processing order.
+captions are, when captions are rewritten by noun-phrase removal, those that mention a removed
+class (a caption that never names a removed object has nothing to rewrite) and whose rewrite keeps
+a word; else all captions. ``captions_per_image`` of them are drawn without replacement by a
+generator seeded with ``(seed, key prefix)``, so the choice is independent of processing order.
+The rewrite is therefore done here, once, and carried in the row. A plan whose mentioning captions
+all become empty is a failure (stage ``caption``), not a row.
 """
 
 from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from xmr.data.records import ImageRecord
+from xmr.data.records import Caption, ImageRecord
 from xmr.synth.planning import plan_removals
 
 
@@ -30,6 +31,7 @@ class PlannedRow:
 
     ``boxes`` are the ``[x, y, w, h]`` pixel boxes of the removed classes (the fill mask).
     ``phrases`` are the caption's annotated entity phrases (Flickr30k), JSON-encoded.
+    ``rewritten`` is the noun-phrase-removal caption ("" for the other caption methods).
     """
 
     key: str
@@ -43,6 +45,7 @@ class PlannedRow:
     removed: tuple[str, ...]
     kept: tuple[str, ...]
     boxes: tuple[tuple[float, float, float, float], ...]
+    rewritten: str = ""
 
     def to_dict(self) -> dict:
         """Flat JSON-friendly columns (tuples as JSON strings) for Ray Data and Parquet."""
@@ -58,6 +61,7 @@ class PlannedRow:
             "removed": json.dumps(self.removed),
             "kept": json.dumps(self.kept),
             "boxes": json.dumps(self.boxes),
+            "rewritten": self.rewritten,
         }
 
     @classmethod
@@ -75,7 +79,18 @@ class PlannedRow:
             removed=tuple(json.loads(row["removed"])),
             kept=tuple(json.loads(row["kept"])),
             boxes=tuple(tuple(b) for b in json.loads(row["boxes"])),
+            rewritten=str(row["rewritten"]),
         )
+
+
+@dataclass(frozen=True)
+class PlanFailure:
+    """A plan that yields no row, and why (``stage`` names the step that failed)."""
+
+    key: str
+    stage: str
+    error_type: str
+    message: str
 
 
 def row_key(image_id: int, removed: Sequence[str], caption_id: int) -> str:
@@ -103,6 +118,8 @@ def plan_rows(
     *,
     captions_per_image: int | None,
     seed: int,
+    rewrite: Callable[[Caption, tuple[str, ...]], str] | None = None,
+    failures: list[PlanFailure] | None = None,
 ) -> list[PlannedRow]:
     """The rows of one image, in (plan, caption) order.
 
@@ -113,6 +130,12 @@ def plan_rows(
             every caption is eligible (prompt / captioner captions).
         captions_per_image: captions drawn per plan, None for all eligible ones.
         seed: the build's seed.
+        rewrite: the noun-phrase removal ``(caption, removed) -> text``, raising ValueError when
+            nothing is left; with it, only captions it rewrites are eligible.
+        failures: collects the plans left without an eligible caption; None raises instead.
+
+    Raises:
+        ValueError: a plan has no eligible caption and ``failures`` is None.
     """
     if mentions is not None and len(mentions) != len(record.captions):
         raise ValueError(f"image {record.image_id}: {len(mentions)} mentions for captions")
@@ -122,6 +145,26 @@ def plan_rows(
         eligible = [
             i for i in range(len(record.captions)) if mentions is None or mentions[i] & removed
         ]
+        rewritten = {i: "" for i in eligible}
+        if rewrite is not None and eligible:
+            problems = []
+            for i in eligible:
+                try:
+                    rewritten[i] = rewrite(record.captions[i], plan)
+                except ValueError as exc:
+                    problems.append(str(exc))
+            usable = [i for i in eligible if rewritten[i]]
+            if not usable:
+                failure = PlanFailure(
+                    row_key(record.image_id, plan, record.captions[eligible[0]].id),
+                    "caption",
+                    "ValueError",
+                    "no caption keeps a word after noun-phrase removal: " + "; ".join(problems),
+                )
+                if failures is None:
+                    raise ValueError(f"{failure.key}: {failure.message}")
+                failures.append(failure)
+            eligible = usable
         if captions_per_image is not None and len(eligible) > captions_per_image:
             rng = np.random.default_rng(row_seed(seed, row_key(record.image_id, plan, -1)))
             eligible = sorted(rng.choice(eligible, size=captions_per_image, replace=False))
@@ -142,6 +185,7 @@ def plan_rows(
                     removed=tuple(plan),
                     kept=kept,
                     boxes=boxes,
+                    rewritten=rewritten[i],
                 )
             )
     return rows

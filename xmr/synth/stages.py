@@ -20,13 +20,13 @@ from PIL import Image
 
 from xmr.data.errors import DataError
 from xmr.data.images import load_image
-from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
+from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.synth.captions import ImageCaptioner, prompt_caption, rewrite_caption
 from xmr.synth.config import SynthConfig
 from xmr.synth.fill import CPU_FILLS
 from xmr.synth.planning import box_mask
-from xmr.synth.rows import PlannedRow, image_plans, plan_rows, row_seed
+from xmr.synth.rows import PlanFailure, PlannedRow, image_plans, plan_rows, row_seed
 from xmr.text import caption_mentions
 
 ERROR_COLUMNS = ("error_stage", "error_type", "error")
@@ -205,6 +205,13 @@ class PlanRows(Stage):
                 planned.append((record, plans))
         if c.caption == "np-removal":
             mentions = caption_mentions(c.dataset, [record for record, _ in planned])
+        rewrite = None
+        if c.caption == "np-removal":
+
+            def rewrite(caption: Caption, removed: tuple[str, ...]) -> str:
+                return rewrite_caption(caption, removed, c.dataset)
+
+        failures: list[PlanFailure] = []
         offset = 0
         for record, plans in planned:
             own = None
@@ -212,9 +219,17 @@ class PlanRows(Stage):
                 own = mentions[offset : offset + len(record.captions)]
                 offset += len(record.captions)
             for row in plan_rows(
-                record, plans, own, captions_per_image=c.captions_per_image, seed=c.seed
+                record,
+                plans,
+                own,
+                captions_per_image=c.captions_per_image,
+                seed=c.seed,
+                rewrite=rewrite,
+                failures=failures,
             ):
                 rows.append({**row.to_dict(), "error_stage": "", "error_type": "", "error": ""})
+        for f in failures:
+            rows.append(self._error_row(f.key, f.stage, f.error_type, f.message))
         columns = {
             name: np.array([r[name] for r in rows], dtype=object)
             for name in (*_ROW_COLUMNS, *ERROR_COLUMNS)
@@ -319,7 +334,7 @@ class FillImages(_RowStage):
 
 
 class WriteCaptions(_RowStage):
-    """Filled rows -> ``caption``: noun-phrase removal, a prompt, or a captioning model."""
+    """Filled rows -> ``caption``: the planned noun-phrase rewrite, a prompt, or a captioner."""
 
     name = "caption"
     captioner: ImageCaptioner | None = None  # set up by ``--caption captioner`` workers
@@ -334,17 +349,10 @@ class WriteCaptions(_RowStage):
             self.captioner.load()
 
     def _one(self, batch: Batch, i: int) -> str:
-        removed = json.loads(batch["removed"][i])
         if self.config.caption == "prompt":
             kept = json.loads(batch["kept"][i])
             return prompt_caption(kept, row_seed(self.config.seed, str(batch["key"][i])))
-        phrases = tuple(
-            EntityPhrase(t, tuple(types)) for t, types in json.loads(batch["phrases"][i])
-        )
-        caption = Caption(
-            int(batch["source_caption_id"][i]), str(batch["source_caption"][i]), phrases
-        )
-        return rewrite_caption(caption, removed, self.config.dataset)
+        return str(batch["rewritten"][i])  # noun-phrase removal happens when planning
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
