@@ -11,7 +11,7 @@ The tagger model is found on ``NLTK_DATA`` and downloaded once on first use when
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import cache
+from functools import cache, lru_cache
 
 import nltk
 from nltk.tag import PerceptronTagger
@@ -93,15 +93,18 @@ def _tag_input(caption: str, spans: list[tuple[int, int]]) -> list[str]:
     return [text[s:e] for s, e in spans]
 
 
+@lru_cache(maxsize=1 << 16)
+def _cached_spans(caption: str) -> tuple[Span, ...]:
+    """Tagging is the slow part of text processing: the same caption is tagged once per process
+    (finding its mentions, then rewriting it for each removal plan)."""
+    spans = _token_spans(caption)
+    tags = [tag for _, tag in _tagger().tag(_tag_input(caption, spans))]
+    return tuple(_chunk(caption, spans, tags))
+
+
 def noun_phrase_spans_batch(captions: Iterable[str]) -> list[list[Span]]:
     """:func:`noun_phrase_spans` of many captions (the tagger is loaded once)."""
-    tagger = _tagger()
-    result = []
-    for caption in captions:
-        spans = _token_spans(caption)
-        tags = [tag for _, tag in tagger.tag(_tag_input(caption, spans))]
-        result.append(_chunk(caption, spans, tags))
-    return result
+    return [list(_cached_spans(caption)) for caption in captions]
 
 
 def noun_phrase_spans(caption: str) -> list[Span]:
