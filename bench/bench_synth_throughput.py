@@ -4,8 +4,10 @@ Both do the same work on the same inputs: plan removals (with caption mentions),
 image, fill the removed boxes, encode PNG, rewrite the caption by noun-phrase removal and commit
 Parquet shards. The loop calls the very same stage classes one batch at a time in this process;
 the pipeline is ``xmr.synth.build.synthesize`` on a local Ray (started once, outside the timings;
-its cold start is reported separately). Reports rows/s of each, the ratio, a table over fill
-actor counts, and a profile of the loop (where the time goes).
+its cold start is reported separately). Every measured run starts with cold caption caches: the
+loop clears its tagger cache, and each pipeline run gets a fresh Ray whose workers are warmed up
+(imports, tagger) on the val split. Reports rows/s of each, the ratio, a table over worker
+counts, and a profile of the loop (where the time goes).
 
 Run from the repository root with ``xmr`` importable and ``NLTK_DATA`` set if the tagger cannot be
 downloaded:
@@ -24,17 +26,20 @@ import os
 import pstats
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import ray
 
+from xmr.data import dataset_splits
 from xmr.data.default_world import default_toyworld
 from xmr.pipeline import Resources
 from xmr.synth.build import read_inputs, synthesize
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import commit_shard, split_shards
 from xmr.synth.stages import FillImages, PlanRows, WriteCaptions
+from xmr.text.noun_phrases import _cached_spans
 
 
 def _column_batch(rows: list[dict]) -> dict[str, np.ndarray]:
@@ -43,6 +48,7 @@ def _column_batch(rows: list[dict]) -> dict[str, np.ndarray]:
 
 def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> tuple[int, float]:
     """The same stages, one batch after another in this process. Returns (rows, seconds)."""
+    _cached_spans.cache_clear()
     start = time.perf_counter()
     records, _ = read_inputs(config, root)
     plan = PlanRows(config, Resources(1.0), batch_size)
@@ -97,8 +103,20 @@ def pipeline_build(config: SynthConfig, out: Path, fill_actors: int) -> dict:
     return synthesize(config, runtime).manifest
 
 
+def fresh_ray(config: SynthConfig) -> None:
+    """Restart Ray and warm its workers up (imports, tagger) on the val split, or on 5 images
+    when there is none."""
+    ray.shutdown()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    has_val = "val" in dataset_splits(config.dataset, config.data)
+    warm = replace(config, split="val", limit=50) if has_val else replace(config, limit=5)
+    with tempfile.TemporaryDirectory() as tmp:
+        pipeline_build(warm, Path(tmp) / "warm", os.cpu_count() or 1)
+
+
 def profile_loop(config: SynthConfig, root: Path, batch_size: int, top: int = 12) -> str:
     profiler = cProfile.Profile()
+    _cached_spans.cache_clear()
     with tempfile.TemporaryDirectory() as tmp:
         profiler.enable()
         loop_build(config, root, Path(tmp), batch_size)
@@ -116,6 +134,7 @@ def bench(name: str, config: SynthConfig, root: Path, batch_size: int, actors: l
     print("|---|---|---|---|---|---|")
     print(f"| plain loop, 1 process | | | {loop_s:.1f} | {rows / loop_s:.1f} | 1.00 |")
     for n in actors:
+        fresh_ray(config)
         with tempfile.TemporaryDirectory() as tmp:
             m = pipeline_build(config, Path(tmp) / "out", n)
         t = m["timings_s"]
@@ -142,12 +161,6 @@ def main() -> None:
     print(f"Ray cold start: {time.perf_counter() - t:.1f} s on {os.cpu_count()} CPUs")
     world = default_toyworld(0, progress=False)
     toy = SynthConfig(data=world, limit=args.limit, fill=args.fill)
-    # Warm the pool's workers (imports, tagger) so both sides are measured warm.
-    with tempfile.TemporaryDirectory() as tmp:
-        warm = SynthConfig(data=world, limit=50, fill=args.fill)
-        t = time.perf_counter()
-        pipeline_build(warm, Path(tmp) / "warm", 1)
-        print(f"first pipeline run (worker imports + tagger load): {time.perf_counter() - t:.1f} s")
     bench(f"ToyWorld train, {args.limit} images at 128 px", toy, world, args.batch_size, actors)
     if args.profile:
         print(profile_loop(toy, world, args.batch_size))

@@ -206,7 +206,9 @@ def plan_pass(
         ds = map_stage(ds, stage, actors=detect_actors)
     cpu_default = place.cpus - (detect_actors if detect and not place.gpus else 0)
     plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, blocks))
-    ds = map_stage(ds, PlanRows(config, Resources(1.0), runtime.batch_size), actors=plan_actors)
+    # Planning is light per record: a few large tasks per worker keep Ray's per-task cost small.
+    plan_batch = max(runtime.batch_size, math.ceil(len(items) / (4 * plan_actors)))
+    ds = map_stage(ds, PlanRows(config, Resources(1.0), plan_batch), actors=plan_actors)
     rows, errors, busy = [], [], Counter()
     for batch in _collect(ds):
         for name in ("seconds_detect", "seconds_plan"):
