@@ -123,39 +123,46 @@ def synth_command(
     data: Annotated[
         Path | None, typer.Option(help="Dataset folder; default: the embedded ToyWorld.")
     ] = None,
-    split: Annotated[str | None, typer.Option(help="Split to synthesize from [train].")] = None,
+    split: Annotated[
+        str | None, typer.Option(help="Split to synthesize from (default train).")
+    ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Output folder [xmr-synth/<dataset>-<split>].")
+        Path | None, typer.Option(help="Output folder (default xmr-synth/<dataset>-<split>).")
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N images.")] = None,
     alpha1: Annotated[
-        float | None, typer.Option(help="Max share of a kept class hidden [0.4].")
+        float | None, typer.Option(help="Max share of a kept class hidden (default 0.4).")
     ] = None,
     alpha2: Annotated[
-        float | None, typer.Option(help="Share under a removed class that removes it too [0.8].")
+        float | None,
+        typer.Option(help="Share hidden under a removed class that removes it too (default 0.8)."),
     ] = None,
     alpha3: Annotated[
-        float | None, typer.Option(help="Max removed share of the image [0.7].")
+        float | None, typer.Option(help="Max removed share of the image (default 0.7).")
     ] = None,
     captions_per_image: Annotated[
-        str | None, typer.Option(help="Captions paired with each removal: N or 'all' [1].")
+        str | None, typer.Option(help="Captions paired with each removal: N or 'all' (default 1).")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of every random choice [0].")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of every random choice (default 0).")
+    ] = None,
     fill: Annotated[str | None, typer.Option(help="telea | ns | zero | mean | blur | sd")] = None,
     sd_model: Annotated[
         str | None, typer.Option(help="Stable Diffusion inpainting repo id or local folder.")
     ] = None,
-    sd_steps: Annotated[int | None, typer.Option(help="Diffusion steps [25].")] = None,
-    sd_guidance: Annotated[float | None, typer.Option(help="Guidance scale [7.5].")] = None,
-    sd_resolution: Annotated[int | None, typer.Option(help="SD working size in px [512].")] = None,
+    sd_steps: Annotated[int | None, typer.Option(help="Diffusion steps (default 25).")] = None,
+    sd_guidance: Annotated[float | None, typer.Option(help="Guidance scale (default 7.5).")] = None,
+    sd_resolution: Annotated[
+        int | None, typer.Option(help="SD working size in px (default 512).")
+    ] = None,
     caption: Annotated[
-        str | None, typer.Option(help="np-removal | prompt | captioner [np-removal]")
+        str | None, typer.Option(help="np-removal | prompt | captioner (default np-removal).")
     ] = None,
     captioner_model: Annotated[
         str | None, typer.Option(help="Image-captioning repo id or local folder.")
     ] = None,
     boxes: Annotated[
-        str | None, typer.Option(help="gt (annotations) | groundingdino (detections) [gt]")
+        str | None, typer.Option(help="gt (annotations) | groundingdino (detections) (default gt).")
     ] = None,
     detector_model: Annotated[
         str | None, typer.Option(help="GroundingDINO repo id or local folder.")
@@ -163,7 +170,7 @@ def synth_command(
     box_threshold: Annotated[float | None, typer.Option(help="Detection score threshold.")] = None,
     text_threshold: Annotated[float | None, typer.Option(help="Phrase score threshold.")] = None,
     rows_per_shard: Annotated[
-        int | None, typer.Option(help="Rows per Parquet shard [256].")
+        int | None, typer.Option(help="Rows per Parquet shard (default 256).")
     ] = None,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS or local Ray).")
@@ -174,11 +181,13 @@ def synth_command(
     fill_actors: Annotated[int | None, typer.Option(help="Fill actors.")] = None,
     caption_actors: Annotated[int | None, typer.Option(help="Caption actors.")] = None,
     gpus_per_actor: Annotated[
-        float | None, typer.Option(help="GPUs per actor of a GPU stage (sd, captioner) [1].")
+        float | None,
+        typer.Option(help="GPUs per actor of a GPU stage (sd, captioner) (default 1)."),
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Rows per batch [32].")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Rows per batch (default 32).")] = None,
     max_error_rate: Annotated[
-        float | None, typer.Option(help="Exit non-zero above this share of failed rows [0.01].")
+        float | None,
+        typer.Option(help="Exit non-zero above this share of failed rows (default 0.01)."),
     ] = None,
     progress: Annotated[bool | None, typer.Option(help="Progress bars.")] = None,
     tracking_uri: Annotated[
