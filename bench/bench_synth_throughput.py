@@ -29,21 +29,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import ray
 
 from xmr.data import dataset_splits
 from xmr.data.default_world import default_toyworld
 from xmr.pipeline import Resources
+from xmr.pipeline.stage import rows_to_batch
 from xmr.synth.build import read_inputs, synthesize
 from xmr.synth.config import SynthConfig, SynthRuntime
-from xmr.synth.output import commit_shard, split_shards
-from xmr.synth.stages import FillImages, PlanRows, WriteCaptions
+from xmr.synth.output import commit_shard, error_record, pair_record, split_shards
+from xmr.synth.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
 from xmr.text.noun_phrases import _cached_spans
-
-
-def _column_batch(rows: list[dict]) -> dict[str, np.ndarray]:
-    return {k: np.array([r[k] for r in rows], dtype=object) for k in rows[0]}
 
 
 def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> tuple[int, float]:
@@ -54,14 +50,10 @@ def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> t
     plan = PlanRows(config, Resources(1.0), batch_size)
     fill = FillImages(config, Resources(1.0), batch_size)
     caption = WriteCaptions(config, Resources(1.0), batch_size)
+    inputs = plan_inputs(records)
     planned: list[dict] = []
-    for i in range(0, len(records), batch_size):
-        chunk = records[i : i + batch_size]
-        batch = {
-            "key": np.array([str(r.image_id) for r in chunk], dtype=object),
-            "record": np.array([json.dumps(r.to_dict()) for r in chunk], dtype=object),
-        }
-        result = plan.run_local(batch)
+    for i in range(0, len(inputs), batch_size):
+        result = plan.run_local(rows_to_batch(inputs[i : i + batch_size]))
         planned += [
             {k: result[k][j] for k in result if not k.startswith("seconds_")}
             for j in range(len(result["key"]))
@@ -69,31 +61,11 @@ def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> t
         ]
     by_key = {r["key"]: r for r in planned}
     for index, keys in enumerate(split_shards(list(by_key), config.rows_per_shard)):
-        done = caption.run_local(fill.run_local(_column_batch([by_key[k] for k in keys])))
-        rows, errors = [], []
-        for j, key in enumerate(done["key"]):
-            if done["error"][j]:
-                errors.append(
-                    {
-                        "key": key,
-                        "stage": done["error_stage"][j],
-                        "error_type": done["error_type"][j],
-                        "message": done["error"][j],
-                    }
-                )
-            else:
-                rows.append({
-                    "key": key, "image": done["image"][j], "caption": done["caption"][j],
-                    "source_image_id": int(done["source_image_id"][j]),
-                    "source_caption_id": int(done["source_caption_id"][j]),
-                    "source_caption": done["source_caption"][j],
-                    "removed_classes": json.loads(done["removed"][j]),
-                    "kept_classes": json.loads(done["kept"][j]),
-                    "removed_boxes": json.loads(done["boxes"][j]),
-                    "width": int(done["width"][j]), "height": int(done["height"][j]),
-                    "fill": config.fill, "caption_method": config.caption,
-                })  # fmt: skip
-        commit_shard(out, index, rows, errors)
+        done = caption.run_local(fill.run_local(rows_to_batch([by_key[k] for k in keys])))
+        failed = [j for j in range(len(done["key"])) if done["error"][j]]
+        ok = [j for j in range(len(done["key"])) if not done["error"][j]]
+        rows = [pair_record(done, j, config.fill, config.caption) for j in ok]
+        commit_shard(out, index, rows, [error_record(done, j) for j in failed])
     return len(planned), time.perf_counter() - start
 
 

@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.data import load_image, read_toyworld
+from xmr.data.images import decode_image
 from xmr.data.synthetic import read_manifest, read_synthetic, read_synthetic_errors
 from xmr.synth import plan_removals
 from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
 from xmr.synth.planning import box_mask
-from xmr.synth.stages import decode_png
 
 pytestmark = pytest.mark.slow
 runner = CliRunner()
@@ -75,7 +75,7 @@ def test_images_change_only_inside_the_removed_boxes(prompt_build, small_toyworl
     table = pq.read_table(sorted((prompt_build / "data").glob("*.parquet"))[0]).to_pylist()
     for row in table[:10]:
         source = np.asarray(load_image(records[row["source_image_id"]].path))
-        synthetic = np.asarray(decode_png(row["image"]))
+        synthetic = np.asarray(decode_image(row["image"]))
         mask = box_mask(row["removed_boxes"], row["width"], row["height"])
         assert synthetic.shape == source.shape
         assert np.array_equal(synthetic[~mask], source[~mask])

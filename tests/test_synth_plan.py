@@ -195,19 +195,12 @@ def test_out_dir_must_be_ours(tmp_path) -> None:
 
 def _planned_batch(config: SynthConfig, count: int) -> dict:
     """The planner stage's rows for the first images of ``config.data``, as the fill gets them."""
-    import json
-
-    import numpy as np
-
     from xmr.pipeline import Resources
-    from xmr.synth.stages import PlanRows
+    from xmr.pipeline.stage import rows_to_batch
+    from xmr.synth.stages import PlanRows, plan_inputs
 
     records = read_toyworld(config.data, "train")[:count]
-    batch = {
-        "key": np.array([str(r.image_id) for r in records], dtype=object),
-        "record": np.array([json.dumps(r.to_dict()) for r in records], dtype=object),
-    }
-    planned = PlanRows(config, Resources(), 8).run_local(batch)
+    planned = PlanRows(config, Resources(), 8).run_local(rows_to_batch(plan_inputs(records)))
     ok = [i for i, error in enumerate(planned["error"]) if not error]
     return {k: v[ok] for k, v in planned.items() if not k.startswith("seconds_")}
 
@@ -215,8 +208,9 @@ def _planned_batch(config: SynthConfig, count: int) -> dict:
 @pytest.mark.parametrize("fill", ["telea", "ns", "zero", "mean", "blur"])
 @pytest.mark.parametrize("caption", ["np-removal", "prompt"])
 def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger, fill, caption):
+    from xmr.data.images import decode_image
     from xmr.pipeline import Resources
-    from xmr.synth.stages import FillImages, WriteCaptions, decode_png
+    from xmr.synth.stages import FillImages, WriteCaptions
 
     config = SynthConfig(data=small_toyworld, fill=fill, caption=caption)
     batch = _planned_batch(config, 6)
@@ -225,5 +219,5 @@ def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger,
     ok = [i for i, error in enumerate(done["error"]) if not error]
     assert ok
     for i in ok:
-        assert decode_png(done["image"][i]).size == (done["width"][i], done["height"][i])
+        assert decode_image(done["image"][i]).size == (done["width"][i], done["height"][i])
         assert done["caption"][i]

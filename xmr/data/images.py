@@ -7,6 +7,7 @@ here force a full decode, and rely on ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` st
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from PIL import Image
@@ -32,6 +33,19 @@ def load_image(path: str | Path) -> Image.Image:
         raise DataError(f"{path}: image file not found") from exc
     except _DECODE_ERRORS as exc:
         raise DataError(f"{path}: cannot decode image ({exc})") from exc
+
+
+def decode_image(data: bytes, name: str = "image bytes") -> Image.Image:
+    """Decode encoded image ``data`` (PNG, JPEG, ...) fully into an RGB image.
+
+    Raises :class:`DataError` naming ``name`` when the bytes are not a readable image.
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+            return image.convert("RGB")
+    except _DECODE_ERRORS as exc:
+        raise DataError(f"{name}: cannot decode image ({exc})") from exc
 
 
 def image_size(path: str | Path) -> tuple[int, int]:

@@ -13,7 +13,6 @@ pixel boxes that were filled.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from xmr.data.errors import DataError
+from xmr.data.images import decode_image
 
 ROW_SCHEMA = pa.schema(
     [
@@ -72,7 +72,7 @@ class SyntheticPair:
 
     def decode(self) -> Image.Image:
         """The synthetic image as an RGB PIL image."""
-        return Image.open(io.BytesIO(self.image)).convert("RGB")
+        return decode_image(self.image, f"D′ row {self.key}")
 
 
 def read_manifest(root: str | Path) -> dict:

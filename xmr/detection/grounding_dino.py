@@ -16,13 +16,13 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PIL import Image
 
+from xmr.pretrained import local_model_dir, resolve_device
+
 if TYPE_CHECKING:  # torch and transformers are imported on use: they take seconds to import
-    import torch
     from transformers import GroundingDinoForObjectDetection, GroundingDinoProcessor
 
 DEFAULT_DETECTOR = "IDEA-Research/grounding-dino-tiny"
@@ -151,29 +151,6 @@ def _strip_tokens(label: str, tokens: Sequence[str]) -> str:
     return label
 
 
-def _resolve_device(device: str) -> torch.device:
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def _source(model: str) -> str:
-    """What to pass to ``from_pretrained``: a local directory's expanded path, or the Hub id.
-
-    ``model`` is local when it exists, is absolute or starts with ``.`` / ``~``; a local one
-    that is not a directory raises ``FileNotFoundError`` naming it.
-    """
-    path = Path(model).expanduser()
-    if not (path.exists() or path.is_absolute() or model.startswith((".", "~"))):
-        return model
-    if not path.is_dir():
-        problem = "is not a directory" if path.exists() else "does not exist"
-        raise FileNotFoundError(f"GroundingDINO model directory {model!r} {problem}")
-    return str(path)
-
-
 class GroundingDinoDetector:
     """Boxes of ``classes`` in images with a GroundingDINO checkpoint.
 
@@ -198,7 +175,7 @@ class GroundingDinoDetector:
                 raise ValueError(f"{name} must be in (0, 1), got {value!r}")
         self.classes: tuple[str, ...] = tuple(classes)
         self.model_name = str(model)
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         self.box_threshold = float(box_threshold)
         self.text_threshold = float(text_threshold)
         self._model: GroundingDinoForObjectDetection | None = None
@@ -222,7 +199,8 @@ class GroundingDinoDetector:
         from transformers import AutoProcessor, GroundingDinoForObjectDetection
 
         name = self.model_name
-        source = _source(name)
+        folder = local_model_dir(name)
+        source = name if folder is None else str(folder)
         try:
             processor = AutoProcessor.from_pretrained(source)
             model = GroundingDinoForObjectDetection.from_pretrained(source)

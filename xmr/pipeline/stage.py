@@ -9,11 +9,17 @@ raise on a bad row: it reports the failure in an ``error`` column instead, so th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 Batch = dict[str, np.ndarray]
+
+
+def rows_to_batch(rows: Sequence[Mapping[str, object]]) -> Batch:
+    """Row dicts (all with the same keys) -> a column batch of object arrays."""
+    return {key: np.array([row[key] for row in rows], dtype=object) for key in rows[0]}
 
 
 @dataclass(frozen=True)

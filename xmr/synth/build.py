@@ -43,16 +43,25 @@ from xmr.synth.output import (
     check_out_dir,
     commit_shard,
     count_written,
+    error_record,
     error_table,
     finished_shards,
     merge_errors,
+    pair_record,
     read_plan,
     save_plan,
     split_shards,
     write_json_atomic,
 )
 from xmr.synth.rows import PlannedRow
-from xmr.synth.stages import ERROR_COLUMNS, DetectObjects, FillImages, PlanRows, WriteCaptions
+from xmr.synth.stages import (
+    ERROR_COLUMNS,
+    DetectObjects,
+    FillImages,
+    PlanRows,
+    WriteCaptions,
+    plan_inputs,
+)
 from xmr.text import FLICKR30K_ODMAP_CLASSES
 
 STAGES = ("read", "detect", "plan", "fill", "caption")
@@ -177,15 +186,6 @@ def _collect(ds: ray.data.Dataset) -> Iterator[Batch]:
     yield from ds.iter_batches(batch_format="numpy", batch_size=None)
 
 
-def _error_dict(batch: Batch, i: int) -> dict:
-    return {
-        "key": str(batch["key"][i]),
-        "stage": str(batch["error_stage"][i]),
-        "error_type": str(batch["error_type"][i]),
-        "message": str(batch["error"][i]),
-    }
-
-
 def plan_pass(
     records: list[ImageRecord], config: SynthConfig, runtime: SynthRuntime, root: Path
 ) -> tuple[list[PlannedRow], list[dict], dict[str, float]]:
@@ -194,7 +194,7 @@ def plan_pass(
         return [], [], {}
     detect = config.boxes == "groundingdino"
     place = _placement(int(detect), runtime)
-    items = [{"key": str(r.image_id), "record": json.dumps(r.to_dict())} for r in records]
+    items = plan_inputs(records)
     blocks = math.ceil(len(items) / runtime.batch_size)
     ds = ray.data.from_items(items, override_num_blocks=blocks)
     detect_actors = 0
@@ -216,30 +216,10 @@ def plan_pass(
                 busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
         for i in range(len(batch["key"])):
             if batch["error"][i]:
-                errors.append(_error_dict(batch, i))
+                errors.append(error_record(batch, i))
             else:
-                rows.append(
-                    PlannedRow.from_dict({k: batch[k][i] for k in PlannedRow.__dataclass_fields__})
-                )
+                rows.append(PlannedRow.from_batch(batch, i))
     return rows, errors, dict(busy)
-
-
-def _output_row(batch: Batch, i: int, config: SynthConfig) -> dict:
-    return {
-        "key": str(batch["key"][i]),
-        "image": batch["image"][i],
-        "caption": str(batch["caption"][i]),
-        "source_image_id": int(batch["source_image_id"][i]),
-        "source_caption_id": int(batch["source_caption_id"][i]),
-        "source_caption": str(batch["source_caption"][i]),
-        "removed_classes": json.loads(batch["removed"][i]),
-        "kept_classes": json.loads(batch["kept"][i]),
-        "removed_boxes": [list(b) for b in json.loads(batch["boxes"][i])],
-        "width": int(batch["width"][i]),
-        "height": int(batch["height"][i]),
-        "fill": config.fill,
-        "caption_method": config.caption,
-    }
 
 
 class _ShardAssembler:
@@ -252,7 +232,6 @@ class _ShardAssembler:
         self.remaining = {s: len(shards[s]) for s in pending}
         self.rows: dict[int, list[dict]] = defaultdict(list)
         self.errors: dict[int, list[dict]] = defaultdict(list)
-        self.committed = 0
 
     def add(self, key: str, row: dict | None, error: dict | None) -> None:
         shard = self.shard_of.pop(key)  # KeyError: a row twice, or one not planned
@@ -266,7 +245,6 @@ class _ShardAssembler:
             errors = sorted(self.errors.pop(shard, []), key=lambda e: self.order[e["key"]])
             commit_shard(self.out, shard, rows, errors)
             del self.remaining[shard]
-            self.committed += 1
 
     def check_complete(self) -> None:
         if self.remaining:
@@ -323,9 +301,9 @@ def synth_pass(
             busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
         for i in range(len(batch["key"])):
             if batch["error"][i]:
-                assembler.add(str(batch["key"][i]), None, _error_dict(batch, i))
+                assembler.add(str(batch["key"][i]), None, error_record(batch, i))
             else:
-                row = _output_row(batch, i, config)
+                row = pair_record(batch, i, config.fill, config.caption)
                 assembler.add(row["key"], row, None)
         busy["write"] += time.perf_counter() - start
     assembler.check_complete()

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xmr.data.records import Caption
+from xmr.pretrained import resolve_device
 from xmr.text.class_words import COCO_CLASS_WORDS
 from xmr.text.removal import cut_spans, remove_noun_phrases
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import torch
     from PIL import Image
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
     from transformers.image_processing_utils import BaseImageProcessor
@@ -210,13 +210,6 @@ class ImageCaptioner:
         self.num_beams = num_beams
         self._loaded: _Parts | None = None
 
-    def _torch_device(self) -> torch.device:
-        import torch
-
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
-
     def load(self) -> ImageCaptioner:
         """Load the model, its image processor and tokenizer (once); returns ``self``.
 
@@ -256,7 +249,7 @@ class ImageCaptioner:
         image_processor = AutoImageProcessor.from_pretrained(self.model_name)
         tokenizer = AutoTokenizer.from_pretrained(self.model_name)
         model = AutoModelForImageTextToText.from_pretrained(self.model_name, config=config)
-        self._loaded = (model.to(self._torch_device()).eval(), image_processor, tokenizer)
+        self._loaded = (model.to(resolve_device(self.device)).eval(), image_processor, tokenizer)
         return self._loaded
 
     def caption(self, images: list[Image.Image]) -> list[str]:

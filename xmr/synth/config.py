@@ -18,16 +18,12 @@ import yaml
 
 from xmr import __version__
 from xmr.detection import DEFAULT_DETECTOR
+from xmr.pretrained import local_model_dir
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 from xmr.synth.fill import FILL_METHODS
 from xmr.synth.sd_inpaint import DEFAULT_SD_MODEL
 
 BOX_SOURCES = ("gt", "groundingdino")
-
-
-def _looks_local(model: str) -> bool:
-    """A model argument that names a folder rather than a Hub repo id."""
-    return model.startswith(("/", ".", "~")) or Path(model).exists()
 
 
 @dataclass(frozen=True)
@@ -79,9 +75,10 @@ class SynthConfig:
             if not 0 < getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1)")
         for name in ("sd_model", "captioner_model", "detector_model"):
-            value = getattr(self, name)
-            if _looks_local(value) and not Path(value).expanduser().is_dir():
-                raise FileNotFoundError(f"--{name.replace('_', '-')} {value} is not a folder")
+            try:
+                local_model_dir(getattr(self, name))
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(f"--{name.replace('_', '-')}: {exc}") from exc
         positive = {
             "captions-per-image": self.captions_per_image,
             "limit": self.limit,

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from xmr.data.errors import DataError
 from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA
+from xmr.pipeline.stage import Batch
 from xmr.synth.rows import PlannedRow
 
 PLAN = "plan.parquet"
@@ -87,6 +88,35 @@ def check_out_dir(out: Path) -> None:
 def plan_table(rows: Sequence[PlannedRow]) -> pa.Table:
     """Planned rows as a PLAN_SCHEMA table."""
     return pa.Table.from_pylist([r.to_dict() for r in rows], schema=PLAN_SCHEMA)
+
+
+def pair_record(batch: Batch, i: int, fill: str, caption_method: str) -> dict:
+    """Row ``i`` of a finished batch as a ROW_SCHEMA dict (one pair of D′)."""
+    return {
+        "key": str(batch["key"][i]),
+        "image": batch["image"][i],
+        "caption": str(batch["caption"][i]),
+        "source_image_id": int(batch["source_image_id"][i]),
+        "source_caption_id": int(batch["source_caption_id"][i]),
+        "source_caption": str(batch["source_caption"][i]),
+        "removed_classes": json.loads(batch["removed"][i]),
+        "kept_classes": json.loads(batch["kept"][i]),
+        "removed_boxes": [list(b) for b in json.loads(batch["boxes"][i])],
+        "width": int(batch["width"][i]),
+        "height": int(batch["height"][i]),
+        "fill": fill,
+        "caption_method": caption_method,
+    }
+
+
+def error_record(batch: Batch, i: int) -> dict:
+    """Row ``i`` of a batch, which a stage failed, as an ERROR_SCHEMA dict."""
+    return {
+        "key": str(batch["key"][i]),
+        "stage": str(batch["error_stage"][i]),
+        "error_type": str(batch["error_type"][i]),
+        "message": str(batch["error"][i]),
+    }
 
 
 def error_table(errors: Iterable[dict]) -> pa.Table:

@@ -13,13 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from xmr.data.errors import DataError
-from xmr.data.images import load_image
+from xmr.data.images import decode_image, load_image
 from xmr.data.synthetic import MANIFEST, synthetic_shards
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
 from xmr.synth.planning import box_mask
-from xmr.synth.stages import decode_png
 from xmr.tracking import start_run
 
 SAMPLES = "samples.png"
@@ -64,9 +63,8 @@ def _sample_rows(out: Path, count: int, seed: int) -> list[dict]:
     paths = dict(zip(plan["key"], plan["path"], strict=True))
     rows = []
     for shard, shard_keys in wanted.items():
-        for row in pq.read_table(shard).to_pylist():
-            if row["key"] in shard_keys:
-                rows.append({**row, "path": paths[row["key"]]})
+        for row in pq.read_table(shard, filters=[("key", "in", sorted(shard_keys))]).to_pylist():
+            rows.append({**row, "path": paths[row["key"]]})
     return rows
 
 
@@ -85,7 +83,7 @@ def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) ->
         except DataError as exc:
             ax_src.text(0.5, 0.5, f"unreadable:\n{exc}", ha="center", va="center", fontsize=7)
         ax_mask.imshow(box_mask(row["removed_boxes"], row["width"], row["height"]), cmap="gray")
-        ax_new.imshow(decode_png(row["image"]))
+        ax_new.imshow(decode_image(row["image"]))
         ax_src.set_title(textwrap.shorten(row["source_caption"], 60), fontsize=8)
         ax_mask.set_title(f"removed: {', '.join(row['removed_classes'])}", fontsize=8, color="red")
         ax_new.set_title(textwrap.shorten(f"→ {row['caption']}", 60), fontsize=8, color="green")

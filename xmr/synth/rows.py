@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -65,6 +65,11 @@ class PlannedRow:
         }
 
     @classmethod
+    def from_batch(cls, batch: Mapping[str, Sequence], i: int) -> PlannedRow:
+        """Row ``i`` of a column batch that holds (at least) the :meth:`to_dict` columns."""
+        return cls.from_dict({name: batch[name][i] for name in ROW_COLUMNS})
+
+    @classmethod
     def from_dict(cls, row: dict) -> PlannedRow:
         """The inverse of :meth:`to_dict` (accepts numpy scalars from Ray batches)."""
         return cls(
@@ -91,6 +96,10 @@ class PlanFailure:
     stage: str
     error_type: str
     message: str
+
+
+ROW_COLUMNS = tuple(f.name for f in fields(PlannedRow))
+"""The columns of a planned row in a batch (:meth:`PlannedRow.to_dict`)."""
 
 
 def row_key(image_id: int, removed: Sequence[str], caption_id: int) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from xmr.pretrained import resolve_device
 from xmr.synth.fill import check_fill_inputs
 
 DEFAULT_SD_MODEL = "stabilityai/stable-diffusion-2-inpainting"
@@ -79,8 +80,7 @@ class StableDiffusionInpainter:
         import torch
 
         self.model = str(model)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device(device)
         if dtype == "auto":
             dtype = "float16" if torch.device(device).type == "cuda" else "float32"
         self.device = device

@@ -9,24 +9,29 @@ each row's share of its batch's processing time (the profile in the manifest).
 
 from __future__ import annotations
 
-import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import cv2
 import numpy as np
-from PIL import Image
 
 from xmr.data.errors import DataError
-from xmr.data.images import load_image
+from xmr.data.images import decode_image, load_image
 from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.synth.captions import ImageCaptioner, prompt_caption, rewrite_caption
 from xmr.synth.config import SynthConfig
 from xmr.synth.fill import CPU_FILLS
 from xmr.synth.planning import box_mask
-from xmr.synth.rows import PlanFailure, PlannedRow, image_plans, plan_rows, row_seed
+from xmr.synth.rows import (
+    ROW_COLUMNS,
+    PlanFailure,
+    PlannedRow,
+    image_plans,
+    plan_rows,
+    row_seed,
+)
 from xmr.text import caption_mentions
 
 ERROR_COLUMNS = ("error_stage", "error_type", "error")
@@ -61,11 +66,6 @@ def encode_png(image: np.ndarray) -> bytes:
     if not ok:
         raise ValueError("PNG encoding failed")
     return data.tobytes()
-
-
-def decode_png(data: bytes) -> Image.Image:
-    """PNG bytes -> RGB PIL image."""
-    return Image.open(io.BytesIO(data)).convert("RGB")
 
 
 def load_source(row: PlannedRow) -> np.ndarray:
@@ -167,7 +167,9 @@ class DetectObjects(Stage):
         return out
 
 
-_ROW_COLUMNS = tuple(PlannedRow.__dataclass_fields__)
+def plan_inputs(records: Sequence[ImageRecord]) -> list[dict]:
+    """The input rows of :class:`DetectObjects` / :class:`PlanRows`: key and record JSON."""
+    return [{"key": str(r.image_id), "record": json.dumps(r.to_dict())} for r in records]
 
 
 class PlanRows(Stage):
@@ -232,7 +234,7 @@ class PlanRows(Stage):
             rows.append(self._error_row(f.key, f.stage, f.error_type, f.message))
         columns = {
             name: np.array([r[name] for r in rows], dtype=object)
-            for name in (*_ROW_COLUMNS, *ERROR_COLUMNS)
+            for name in (*ROW_COLUMNS, *ERROR_COLUMNS)
         }
         columns["seconds_plan"] = np.full(
             len(rows), (time.perf_counter() - start) / max(len(rows), 1)
@@ -302,7 +304,7 @@ class FillImages(_RowStage):
         failed = _failed(batch)
         sources: dict[int, tuple[PlannedRow, np.ndarray, np.ndarray]] = {}
         for i in np.flatnonzero(~failed):
-            row = PlannedRow.from_dict({k: batch[k][i] for k in _ROW_COLUMNS})
+            row = PlannedRow.from_batch(batch, i)
             try:
                 sources[i] = (row, load_source(row), row_mask(row))
             except (DataError, ValueError) as exc:
@@ -368,7 +370,9 @@ class WriteCaptions(_RowStage):
                     _set_error(out, i, self.name, exc)
         elif len(todo):
             try:
-                texts = self.captioner.caption([decode_png(batch["image"][i]) for i in todo])
+                texts = self.captioner.caption(
+                    [decode_image(batch["image"][i], str(batch["key"][i])) for i in todo]
+                )
                 for i, text in zip(todo, texts, strict=True):
                     if text.strip():
                         captions[i] = text
