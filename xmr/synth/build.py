@@ -186,6 +186,13 @@ def _collect(ds: ray.data.Dataset) -> Iterator[Batch]:
     yield from ds.iter_batches(batch_format="numpy", batch_size=None)
 
 
+def _add_busy(busy: Counter, batch: Batch) -> None:
+    """Add a batch's ``seconds_<stage>`` columns to the busy seconds per stage."""
+    for name, seconds in batch.items():
+        if name.startswith("seconds_"):
+            busy[name.removeprefix("seconds_")] += float(np.sum(seconds))
+
+
 def plan_pass(
     records: list[ImageRecord], config: SynthConfig, runtime: SynthRuntime, root: Path
 ) -> tuple[list[PlannedRow], list[dict], dict[str, float]]:
@@ -211,9 +218,7 @@ def plan_pass(
     ds = map_stage(ds, PlanRows(config, Resources(1.0), plan_batch), actors=plan_actors)
     rows, errors, busy = [], [], Counter()
     for batch in _collect(ds):
-        for name in ("seconds_detect", "seconds_plan"):
-            if name in batch:
-                busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
+        _add_busy(busy, batch)
         for i in range(len(batch["key"])):
             if batch["error"][i]:
                 errors.append(error_record(batch, i))
@@ -272,9 +277,9 @@ def synth_pass(
     fill_gpu, caption_gpu = config.fill == "sd", config.caption == "captioner"
     place = _placement(int(fill_gpu) + int(caption_gpu), runtime)
     fill_res, caption_res = place.resources(fill_gpu), place.resources(caption_gpu)
+    blocks = math.ceil(len(todo) / runtime.batch_size)
     if not (fill_gpu or caption_gpu):
         # Two CPU task stages with the same width: Ray Data fuses them into one task per batch.
-        blocks = math.ceil(len(todo) / runtime.batch_size)
         fill_actors = place.actors(runtime.fill_actors, False, min(place.cpus, blocks))
         caption_actors = place.actors(runtime.caption_actors, False, fill_actors)
     else:
@@ -283,7 +288,6 @@ def synth_pass(
         fill_actors = place.actors(runtime.fill_actors, fill_gpu, cpu_left)
     fill_batch = runtime.batch_size if not fill_res.gpus else min(runtime.batch_size, 8)
     blank = {name: "" for name in ERROR_COLUMNS}
-    blocks = math.ceil(len(todo) / runtime.batch_size)
     ds = ray.data.from_items([{**r.to_dict(), **blank} for r in todo], override_num_blocks=blocks)
     ds = map_stage(
         ds, FillImages(config, fill_res, fill_batch, device=_device(fill_res)), actors=fill_actors
@@ -297,8 +301,7 @@ def synth_pass(
     busy: Counter = Counter()
     for batch in _collect(ds):
         start = time.perf_counter()
-        for name in ("seconds_fill", "seconds_caption"):
-            busy[name.removeprefix("seconds_")] += float(np.sum(batch[name]))
+        _add_busy(busy, batch)
         for i in range(len(batch["key"])):
             if batch["error"][i]:
                 assembler.add(str(batch["key"][i]), None, error_record(batch, i))

@@ -71,16 +71,7 @@ def fill_telea(image: np.ndarray, mask: np.ndarray, radius: int = 5) -> np.ndarr
 
 
 def fill_ns(image: np.ndarray, mask: np.ndarray, radius: int = 5) -> np.ndarray:
-    """Inpaint ``mask`` in ``image`` with OpenCV's Navier-Stokes method (``cv2.INPAINT_NS``).
-
-    Args:
-        image: ``[H, W, 3]`` uint8 RGB.
-        mask: ``[H, W]`` bool, True where pixels are removed.
-        radius: neighbourhood radius in pixels.
-
-    Returns:
-        ``[H, W, 3]`` uint8 RGB, equal to ``image`` outside ``mask``.
-    """
+    """:func:`fill_telea` with OpenCV's Navier-Stokes method (``cv2.INPAINT_NS``) instead."""
     return _opencv_inpaint(image, mask, radius, cv2.INPAINT_NS)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -22,7 +22,7 @@ from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.synth.captions import ImageCaptioner, prompt_caption, rewrite_caption
 from xmr.synth.config import SynthConfig
-from xmr.synth.fill import CPU_FILLS
+from xmr.synth.fill import CPU_FILLS, Fill
 from xmr.synth.planning import box_mask
 from xmr.synth.rows import (
     ROW_COLUMNS,
@@ -49,6 +49,11 @@ def _blank_errors(n: int) -> dict[str, np.ndarray]:
 def _failed(batch: Batch) -> np.ndarray:
     """``[B]`` bool: rows that an earlier stage already failed."""
     return np.array([bool(e) for e in batch["error"]], dtype=bool)
+
+
+def _seconds_per_row(start: float, n: int) -> np.ndarray:
+    """``[n]`` float: each row's share of the time since ``start`` (``time.perf_counter``)."""
+    return np.full(n, (time.perf_counter() - start) / max(n, 1))
 
 
 def _set_error(batch: Batch, i: int, stage: str, exc: BaseException) -> None:
@@ -163,7 +168,7 @@ class DetectObjects(Stage):
                     record.split,
                 )
                 out["record"][i] = json.dumps(detected.to_dict())
-        out["seconds_detect"] = np.full(n, (time.perf_counter() - start) / max(n, 1))
+        out["seconds_detect"] = _seconds_per_row(start, n)
         return out
 
 
@@ -236,9 +241,7 @@ class PlanRows(Stage):
             name: np.array([r[name] for r in rows], dtype=object)
             for name in (*ROW_COLUMNS, *ERROR_COLUMNS)
         }
-        columns["seconds_plan"] = np.full(
-            len(rows), (time.perf_counter() - start) / max(len(rows), 1)
-        )
+        columns["seconds_plan"] = _seconds_per_row(start, len(rows))
         if "seconds_detect" in batch:  # carry the detector's time on to the planned rows
             columns["seconds_detect"] = np.full(
                 len(rows), float(np.sum(batch["seconds_detect"])) / max(len(rows), 1)
@@ -310,7 +313,7 @@ class FillImages(_RowStage):
             except (DataError, ValueError) as exc:
                 _set_error(out, i, self.name, exc)
         if self.inpainter is None:
-            fill: Callable[[np.ndarray, np.ndarray], np.ndarray] = CPU_FILLS[self.config.fill]
+            fill: Fill = CPU_FILLS[self.config.fill]
             for i, (_, image, mask) in sources.items():
                 try:
                     images[i] = encode_png(fill(image, mask))
@@ -331,7 +334,7 @@ class FillImages(_RowStage):
                 for i in index:
                     _set_error(out, i, self.name, exc)
         out["image"] = images
-        out["seconds_fill"] = np.full(n, (time.perf_counter() - start) / max(n, 1))
+        out["seconds_fill"] = _seconds_per_row(start, n)
         return out
 
 
@@ -382,5 +385,5 @@ class WriteCaptions(_RowStage):
                 for i in todo:
                     _set_error(out, i, self.name, exc)
         out["caption"] = captions
-        out["seconds_caption"] = np.full(n, (time.perf_counter() - start) / max(n, 1))
+        out["seconds_caption"] = _seconds_per_row(start, n)
         return out
