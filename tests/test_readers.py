@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,17 @@ from xmr.data.flickr30k import parse_entity_sentence
 from xmr.data.images import image_size
 
 FLICKR = Path(__file__).parent / "fixtures" / "flickr30k"
+
+
+def _raises_or_skips_one(read: Callable[..., list], match: str) -> list:
+    """``read()`` raises a :class:`DataError` matching ``match``; ``read(issues=[])`` skips
+    exactly one item instead and returns what it kept."""
+    with pytest.raises(DataError, match=match):
+        read()
+    issues: list[DataIssue] = []
+    kept = read(issues=issues)
+    assert len(issues) == 1
+    return kept
 
 
 # --------------------------------------------------------------------------- COCO (real data)
@@ -411,55 +424,49 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_flickr30k_bad_box(flickr_copy: Path) -> None:
     _edit(flickr_copy / "Annotations" / "1002.xml", "<xmax>45</xmax>", "<xmax>50</xmax>")
-    with pytest.raises(DataError, match=r"1002\.xml: image 1002, entity 22: bbox .* outside"):
-        read_flickr30k(flickr_copy, "train")
-    issues: list[DataIssue] = []
-    records = read_flickr30k(flickr_copy, "train", issues=issues)
+    records = _raises_or_skips_one(
+        partial(read_flickr30k, flickr_copy, "train"),
+        r"1002\.xml: image 1002, entity 22: bbox .* outside",
+    )
     assert [o.attributes["entity_id"] for o in records[1].objects] == ["21"]
-    assert len(issues) == 1
 
 
 def test_flickr30k_caption_with_no_words(flickr_copy: Path) -> None:
     _edit(flickr_copy / "Sentences" / "1004.txt", "[/EN#41/other A round blue shape] .", "- .")
-    with pytest.raises(DataError, match=r"1004\.txt: image 1004, caption 8: caption has no words"):
-        read_flickr30k(flickr_copy, "test")
-    issues: list[DataIssue] = []
-    [record] = read_flickr30k(flickr_copy, "test", issues=issues)
+    [record] = _raises_or_skips_one(
+        partial(read_flickr30k, flickr_copy, "test"),
+        r"1004\.txt: image 1004, caption 8: caption has no words",
+    )
     assert [c.id for c in record.captions] == [7]
-    assert len(issues) == 1
 
 
 def test_flickr30k_malformed_sentence_line(flickr_copy: Path) -> None:
     _edit(
         flickr_copy / "Sentences" / "1002.txt", "[/EN#21/people A child]", "[/EN#21/people A child"
     )
-    with pytest.raises(DataError, match=r"1002\.txt:2: image 1002"):
-        read_flickr30k(flickr_copy, "train")
-    issues: list[DataIssue] = []
-    records = read_flickr30k(flickr_copy, "train", issues=issues)
+    records = _raises_or_skips_one(
+        partial(read_flickr30k, flickr_copy, "train"), r"1002\.txt:2: image 1002"
+    )
     assert [c.id for c in records[1].captions] == [3]
     assert len(records[1].objects) == 2
-    assert len(issues) == 1
 
 
 def test_flickr30k_sentence_count_mismatch_falls_back(flickr_copy: Path) -> None:
     _edit(flickr_copy / "Sentences" / "1004.txt", "[/EN#41/other A round blue shape] .\n", "")
-    with pytest.raises(DataError, match=r"1004\.txt: image 1004: 1 captions but"):
-        read_flickr30k(flickr_copy, "test")
-    issues: list[DataIssue] = []
-    [record] = read_flickr30k(flickr_copy, "test", issues=issues)
+    [record] = _raises_or_skips_one(
+        partial(read_flickr30k, flickr_copy, "test"), r"1004\.txt: image 1004: 1 captions but"
+    )
     assert record.caption_texts == ("A blue balloon against a white wall.", "A round blue shape.")
     assert all(c.phrases == () for c in record.captions)
-    assert len(issues) == 1
 
 
 def test_flickr30k_missing_image(flickr_copy: Path) -> None:
     (flickr_copy / "flickr30k-images" / "1001.jpg").unlink()
-    with pytest.raises(DataError, match=r"images\[0\]: image 1001: image file .*1001\.jpg"):
-        read_flickr30k(flickr_copy, "train")
-    issues: list[DataIssue] = []
-    assert [r.image_id for r in read_flickr30k(flickr_copy, "train", issues=issues)] == [1002]
-    assert len(issues) == 1
+    records = _raises_or_skips_one(
+        partial(read_flickr30k, flickr_copy, "train"),
+        r"images\[0\]: image 1001: image file .*1001\.jpg",
+    )
+    assert [r.image_id for r in records] == [1002]
 
 
 def test_flickr30k_missing_or_malformed_split_file(flickr_copy: Path) -> None:
@@ -514,11 +521,11 @@ def test_read_counterfactuals(tmp_path: Path) -> None:
     ]
 
     (cf_dir / "000001_dog.png").unlink()
-    with pytest.raises(DataError, match=r"index_test\.json: counterfactual 11: .*000001_dog\.png"):
-        read_counterfactuals(tmp_path, "test")
-    issues: list[DataIssue] = []
-    assert [c.id for c in read_counterfactuals(tmp_path, "test", issues=issues)] == [10]
-    assert len(issues) == 1
+    kept = _raises_or_skips_one(
+        partial(read_counterfactuals, tmp_path, "test"),
+        r"index_test\.json: counterfactual 11: .*000001_dog\.png",
+    )
+    assert [c.id for c in kept] == [10]
     with pytest.raises(DataError, match=r"index_val\.json: file not found"):
         read_counterfactuals(tmp_path, "val")
 

@@ -177,7 +177,8 @@ def _image_record(
     """One Karpathy image entry as a record, or ``None`` when it is skipped (reported)."""
     try:
         filename = str(entry["filename"])
-        image_id = int(Path(filename).stem)
+        stem = Path(filename).stem
+        image_id = int(stem)
         sentences = [(int(s["sentid"]), str(s.get("raw", ""))) for s in entry["sentences"]]
     except (KeyError, TypeError, ValueError) as exc:
         report(DataIssue(source, f"malformed image entry ({type(exc).__name__}: {exc})"), issues)
@@ -188,7 +189,7 @@ def _image_record(
         report(DataIssue(f"{source}: {item}", f"image file {path} is missing", image_id), issues)
         return None
 
-    sentences_file = root / "Sentences" / f"{Path(filename).stem}.txt"
+    sentences_file = root / "Sentences" / f"{stem}.txt"
     entity_lines = _read_sentences(sentences_file, len(sentences), item, issues)
     captions = []
     for i, (sent_id, raw) in enumerate(sentences):
@@ -207,7 +208,7 @@ def _image_record(
         report(DataIssue(f"{source}: {item}", "image has no usable caption", image_id), issues)
         return None
 
-    xml_file = root / "Annotations" / f"{Path(filename).stem}.xml"
+    xml_file = root / "Annotations" / f"{stem}.xml"
     size, boxes = None, []
     try:
         if xml_file.is_file():

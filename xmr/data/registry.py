@@ -12,13 +12,13 @@ from xmr.data.flickr30k import read_flickr30k
 from xmr.data.records import ImageRecord
 from xmr.data.toyworld_reader import read_toyworld
 
-DATASETS = ("toyworld", "coco", "flickr30k")
-
 _READERS: dict[str, Callable[..., list[ImageRecord]]] = {
     "toyworld": read_toyworld,
     "coco": read_coco,
     "flickr30k": read_flickr30k,
 }
+
+DATASETS = tuple(_READERS)
 
 
 def read_dataset(

@@ -13,7 +13,7 @@ mentions *wine glass*, not *cup* (whose words include "glass").
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from xmr.data.records import ImageRecord
@@ -67,13 +67,20 @@ def _match(words: list[str], index: _WordIndex) -> set[str]:
     return found
 
 
+def phrase_matcher(table: ClassWordTable) -> Callable[[str], set[str]]:
+    """:func:`phrase_classes` with ``table`` bound: looking the table up costs more than
+    matching a phrase, so callers that match many phrases do it once."""
+    index = _index(table)
+    return lambda phrase: _match(_words(phrase), index)
+
+
 def phrase_classes(phrase: str, table: ClassWordTable) -> set[str]:
     """The classes of ``table`` that ``phrase`` names.
 
     >>> sorted(phrase_classes("a muddy skateboard", COCO_CLASS_WORDS))
     ['skateboard']
     """
-    return _match(_words(phrase), _index(table))
+    return phrase_matcher(table)(phrase)
 
 
 def mentioned_classes_batch(captions: Iterable[str], table: ClassWordTable) -> list[set[str]]:
@@ -82,14 +89,14 @@ def mentioned_classes_batch(captions: Iterable[str], table: ClassWordTable) -> l
     Each distinct caption is tagged once, and captions with no class word anywhere skip the
     tagger (the slow step): they cannot have a matching noun phrase.
     """
-    index = _index(table)
+    named = phrase_matcher(table)
     captions = list(captions)
     unique = list(dict.fromkeys(captions))
     found: dict[str, set[str]] = {caption: set() for caption in unique}
-    candidates = [caption for caption in unique if _match(_words(caption), index)]
+    candidates = [caption for caption in unique if named(caption)]
     for caption, spans in zip(candidates, noun_phrase_spans_batch(candidates), strict=True):
         for _, _, text in spans:
-            found[caption] |= _match(_words(text), index)
+            found[caption] |= named(text)
     return [set(found[caption]) for caption in captions]
 
 

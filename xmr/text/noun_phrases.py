@@ -6,16 +6,20 @@ grammar over the part-of-speech tags (:data:`NP_GRAMMAR`). Phrases come back wit
 offsets into the caption so that callers can cut them out (:mod:`xmr.text.removal`).
 
 The tagger model is found on ``NLTK_DATA`` and downloaded once on first use when missing.
+NLTK itself is imported on first use too: importing it takes seconds, and this package is
+imported by every pipeline worker, most of which never tag a caption.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
-import nltk
-from nltk.tag import PerceptronTagger
-from nltk.tokenize import TreebankWordTokenizer
+if TYPE_CHECKING:
+    import nltk
+    from nltk.tag import PerceptronTagger
+    from nltk.tokenize import TreebankWordTokenizer
 
 TAGGER_RESOURCE = "averaged_perceptron_tagger_eng"
 
@@ -41,17 +45,24 @@ Span = tuple[int, int, str]
 
 @cache
 def _tokenizer() -> TreebankWordTokenizer:
+    from nltk.tokenize import TreebankWordTokenizer
+
     return TreebankWordTokenizer()
 
 
 @cache
 def _parser() -> nltk.RegexpParser:
+    import nltk
+
     return nltk.RegexpParser(NP_GRAMMAR)
 
 
 @cache
 def _tagger() -> PerceptronTagger:
     """The English POS tagger, downloaded into the default NLTK data folder when missing."""
+    import nltk
+    from nltk.tag import PerceptronTagger
+
     resource = f"taggers/{TAGGER_RESOURCE}/"
     try:
         nltk.data.find(resource)
@@ -77,12 +88,12 @@ def _chunk(caption: str, spans: list[tuple[int, int]], tags: Iterable[str]) -> l
     phrases: list[Span] = []
     position = 0  # index of the next token in the caption
     for node in tree:
-        if isinstance(node, nltk.Tree):
-            start, end = spans[position][0], spans[position + len(node) - 1][1]
-            phrases.append((start, end, caption[start:end]))
-            position += len(node)
-        else:
+        if isinstance(node, tuple):  # a (token, tag) leaf outside any phrase
             position += 1
+            continue
+        start, end = spans[position][0], spans[position + len(node) - 1][1]  # an NP subtree
+        phrases.append((start, end, caption[start:end]))
+        position += len(node)
     return phrases
 
 

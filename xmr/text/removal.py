@@ -10,7 +10,7 @@ import re
 from collections.abc import Collection, Iterable
 
 from xmr.text.class_words import ClassWordTable
-from xmr.text.mentions import phrase_classes
+from xmr.text.mentions import phrase_matcher
 from xmr.text.noun_phrases import noun_phrase_spans
 
 _SPACES = re.compile(r"\s+")
@@ -61,15 +61,12 @@ def remove_noun_phrases(caption: str, classes: Collection[str], table: ClassWord
     first letter stays upper-case. A caption with no such phrase comes back unchanged; one made
     only of such phrases comes back as punctuation or ``""``.
 
+    >>> from xmr.text import COCO_CLASS_WORDS
     >>> remove_noun_phrases("Two dogs fighting over a frisbee", {"frisbee"}, COCO_CLASS_WORDS)
     'Two dogs fighting over'
     """
-    wanted = set(classes)
+    wanted, named = set(classes), phrase_matcher(table)
     return cut_spans(
         caption,
-        [
-            (start, end)
-            for start, end, text in noun_phrase_spans(caption)
-            if phrase_classes(text, table) & wanted
-        ],
+        [(start, end) for start, end, text in noun_phrase_spans(caption) if named(text) & wanted],
     )
