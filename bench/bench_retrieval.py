@@ -54,6 +54,15 @@ def _reset_peak() -> int:
     return _status_kib("VmRSS")
 
 
+def _peaks(base: int, prefix: str = "") -> dict[str, float]:
+    """The resident high-water mark in GiB, above ``base`` (KiB) and in all."""
+    peak = _status_kib("VmHWM")
+    return {
+        f"{prefix}peak_above_inputs_gib": (peak - base) / 2**20,
+        f"{prefix}peak_rss_gib": peak / 2**20,
+    }
+
+
 def worker(args: argparse.Namespace) -> dict[str, float]:
     """Run one variant in this process; returns seconds and memory in GiB."""
     import torch
@@ -82,15 +91,13 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
             scores = torch.from_numpy(queries) @ torch.from_numpy(gallery).T
         result["seconds"] = time.perf_counter() - start
         result["cpu_seconds"] = _cpu_seconds() - cpu
-        result["matmul_peak_above_inputs_gib"] = (_status_kib("VmHWM") - base) / 2**20
-        result["matmul_peak_rss_gib"] = _status_kib("VmHWM") / 2**20
+        result.update(_peaks(base, "matmul_"))
         cpu = _cpu_seconds()
         start = time.perf_counter()
         rank(scores, args.k)
         result["rank_seconds"] = time.perf_counter() - start
         result["rank_cpu_seconds"] = _cpu_seconds() - cpu
-    result["peak_above_inputs_gib"] = (_status_kib("VmHWM") - base) / 2**20
-    result["peak_rss_gib"] = _status_kib("VmHWM") / 2**20
+    result.update(_peaks(base))
     return result
 
 
@@ -166,19 +173,17 @@ def main() -> None:
         print(f"| {label} " + _row(r["seconds"], r["cpu_seconds"], r))
         if not args.skip_dense:
             r = run_variant(args, "dense")
-            matmul = {"peak_above_inputs_gib": r["matmul_peak_above_inputs_gib"]}
-            matmul["peak_rss_gib"] = r["matmul_peak_rss_gib"]
-            print("| dense `q @ g.T` " + _row(r["seconds"], r["cpu_seconds"], matmul))
+            print("| dense `q @ g.T` " + _row(r["seconds"], r["cpu_seconds"], r, "matmul_"))
             total = r["seconds"] + r["rank_seconds"], r["cpu_seconds"] + r["rank_cpu_seconds"]
             print("| dense `q @ g.T` + `rank` " + _row(*total, r))
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
 
-def _row(seconds: float, cpu_seconds: float, memory: dict[str, float]) -> str:
-    """The timing and memory cells of one markdown table row."""
+def _row(seconds: float, cpu_seconds: float, memory: dict[str, float], prefix: str = "") -> str:
+    """The timing and memory cells of one markdown table row (``prefix``: which peaks)."""
     return (
-        f"| {seconds:.1f} | {cpu_seconds:.1f} | {memory['peak_above_inputs_gib']:.2f} "
-        f"| {memory['peak_rss_gib']:.2f} |"
+        f"| {seconds:.1f} | {cpu_seconds:.1f} | {memory[f'{prefix}peak_above_inputs_gib']:.2f} "
+        f"| {memory[f'{prefix}peak_rss_gib']:.2f} |"
     )
 
 

@@ -82,8 +82,9 @@ def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
     tiny_world, tmp_path, local_ray
 ) -> None:
     args = ["--dataset", "toyworld", "--data", str(tiny_world), "--metrics", "recall,bias"]
-    plain, _ = _eval([*args, *MODEL_ARGS], tmp_path / "a")
-    checkpoint = save_checkpoint(tmp_path / "tiny.pt", create_model("clip", "xmr-tiny", seed=0))
+    # Seed 1 weights, loaded over the default seed-0 init: an ignored checkpoint would show.
+    plain, _ = _eval([*args, *MODEL_ARGS, "--seed", "1"], tmp_path / "a")
+    checkpoint = save_checkpoint(tmp_path / "tiny.pt", create_model("clip", "xmr-tiny", seed=1))
     loaded, _ = _eval([*args, *MODEL_ARGS, "--checkpoint", str(checkpoint)], tmp_path / "b")
     assert loaded["metrics"] == pytest.approx(plain["metrics"])
     assert loaded["config"]["model.checkpoint"] == str(checkpoint)

@@ -43,21 +43,20 @@ class EncodeImages(_EncodeStage):
     def process(self, batch: Batch) -> Batch:
         paths = batch["path"]
         inpaint = batch["inpaint"] if "inpaint" in batch else [""] * len(paths)
-        tensors: list[torch.Tensor | None] = []
+        tensors: list[torch.Tensor] = []
+        ok: list[int] = []
         errors: list[str] = []
-        for path, boxes in zip(paths, inpaint, strict=True):
+        for i, (path, boxes) in enumerate(zip(paths, inpaint, strict=True)):
             query = ImageQuery(Path(path), tuple(map(tuple, json.loads(boxes))) if boxes else ())
             try:
                 tensors.append(self.model.preprocess(query.render()))
+                ok.append(i)
                 errors.append("")
             except (DataError, OSError, ValueError) as exc:
-                tensors.append(None)
                 errors.append(f"{type(exc).__name__}: {exc}")
         embeddings = np.zeros((len(paths), self.model.embed_dim), dtype=np.float32)
-        ok = [i for i, t in enumerate(tensors) if t is not None]
         if ok:
-            pixels = torch.stack([tensors[i] for i in ok]).to(self.device)
-            embeddings[ok] = self.model.encode_images(pixels).float().cpu().numpy()
+            embeddings[ok] = self.model.encode_images(torch.stack(tensors)).cpu().numpy()
         return {"row": batch["row"], "embedding": embeddings, "error": np.array(errors, object)}
 
 
@@ -68,5 +67,5 @@ class EncodeTexts(_EncodeStage):
 
     def process(self, batch: Batch) -> Batch:
         texts = [str(t) for t in batch["text"]]
-        embeddings = self.model.encode_texts(texts).float().cpu().numpy()
+        embeddings = self.model.encode_texts(texts).cpu().numpy()
         return {"row": batch["row"], "embedding": embeddings}

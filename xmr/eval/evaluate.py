@@ -22,9 +22,11 @@ from xmr.eval.protocol import (
     planned_queries,
 )
 from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_at_k
+from xmr.metrics.ranking import check_ks
 from xmr.models import ModelSpec, check_spec
 from xmr.pipeline import Resources
 from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
+from xmr.pipeline.stage import Batch
 from xmr.retrieval import topk_similarity
 from xmr.text import caption_mentions
 
@@ -53,8 +55,7 @@ class EvalConfig:
         unknown = set(self.metrics) - set(METRIC_GROUPS)
         if unknown:
             raise ValueError(f"unknown metrics {sorted(unknown)}; choose from {METRIC_GROUPS}")
-        if not self.ks or min(self.ks) < 1:
-            raise ValueError(f"ks must be positive integers, got {self.ks}")
+        check_ks(self.ks)
 
     def params(self) -> dict[str, str]:
         """Namespaced MLflow params."""
@@ -96,9 +97,13 @@ class EvalResult:
     data_root: Path
     examples: list[RetrievalExample] = field(default_factory=list)
 
+    def params(self, config: EvalConfig) -> dict[str, str]:
+        """``config.params()`` with the data root that was evaluated."""
+        return {**config.params(), "data.root": str(self.data_root)}
+
     def to_json(self, config: EvalConfig) -> dict:
         return {
-            "config": {**config.params(), "data.root": str(self.data_root)},
+            "config": self.params(config),
             "metrics": self.metrics,
             "counts": self.counts,
             "skipped": [issue._asdict() for issue in self.skipped],
@@ -125,26 +130,25 @@ class _Encoder:
             self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
             self.resources = Resources(cpus=1)
 
+    def _run(self, stage: type[EncodeImages | EncodeTexts], rows: list[dict]) -> Batch:
+        c = self.config
+        encoder = stage(c.model, self.device, self.resources, c.batch_size, c.seed)
+        return run_stage(rows, encoder, actors=self.actors)
+
     def images(self, queries: list[ImageQuery]) -> tuple[np.ndarray, list[str]]:
         """Embeddings ``[N, D]`` and per-row errors ("" when fine)."""
-        stage = EncodeImages(
-            self.config.model, self.device, self.resources, self.config.batch_size, self.config.seed
-        )
         rows = [
             {"path": str(q.path), "inpaint": json.dumps(q.inpaint_boxes) if q.inpaint_boxes else ""}
             for q in queries
         ]
-        out = run_stage(rows, stage, actors=self.actors)
+        out = self._run(EncodeImages, rows)
         return out["embedding"], [str(e) for e in out["error"]]
 
     def texts(self, texts: list[str]) -> np.ndarray:
         """Embeddings ``[N, D]``."""
-        stage = EncodeTexts(
-            self.config.model, self.device, self.resources, self.config.batch_size, self.config.seed
-        )
         unique = list(dict.fromkeys(texts))  # captions repeat: encode each text once
         position = {text: i for i, text in enumerate(unique)}
-        out = run_stage([{"text": t} for t in unique], stage, actors=self.actors)
+        out = self._run(EncodeTexts, [{"text": t} for t in unique])
         return out["embedding"][[position[t] for t in texts]]
 
 
@@ -235,8 +239,8 @@ def evaluate(config: EvalConfig, *, address: str | None = None) -> EvalResult:
         gallery_emb = text_emb[: len(odmap.gallery)]
         ranking = topk_similarity(image_emb[n_img:][ok], gallery_emb, kmax)
         idx = np.flatnonzero(ok)
-        removed = [set(odmap.removed[i]) for i in idx]
-        present = [set(odmap.present[i]) for i in idx]
+        removed = [odmap.removed[i] for i in idx]
+        present = [odmap.present[i] for i in idx]
         scores = odmap_at_k(ranking, odmap.gallery_mentions, removed, present, config.ks)
         for k in config.ks:
             metrics[f"{prefix}odmap_at_{k}"] = scores[k]

@@ -23,11 +23,9 @@ from xmr.data.errors import DataIssue
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
 from xmr.synth.fill import fill_telea
-from xmr.synth.planning import plan_removals, removal_mask
-from xmr.text import (
-    image_gender,
-    neutralize,
-)
+from xmr.synth.planning import box_mask
+from xmr.synth.rows import image_plans
+from xmr.text import image_gender, neutralize
 
 Box = tuple[float, float, float, float]
 
@@ -44,8 +42,7 @@ class ImageQuery:
         image = load_image(self.path)
         if not self.inpaint_boxes:
             return image
-        objects = [("removed", list(box)) for box in self.inpaint_boxes]
-        mask = removal_mask(objects, ["removed"], image.width, image.height)
+        mask = box_mask(self.inpaint_boxes, image.width, image.height)
         return Image.fromarray(fill_telea(np.asarray(image), mask))
 
 
@@ -107,9 +104,8 @@ def planned_queries(
     """
     queries, sources, removed, present = [], [], [], []
     for record in records:
-        objects = [(o.category, list(o.bbox)) for o in record.objects]
         try:
-            plans = plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3)
+            plans = image_plans(record, alpha1, alpha2, alpha3)
         except ValueError as exc:
             issues.append(DataIssue(f"image {record.image_id} ({record.path})", str(exc)))
             continue

@@ -98,7 +98,7 @@ def log_to_mlflow(
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval"},
     ) as run:
-        mlflow.log_params({**config.params(), "data.root": str(result.data_root)})
+        mlflow.log_params(result.params(config))
         mlflow.log_metrics(result.metrics)
         mlflow.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
         mlflow.log_metrics({f"time/{k}": v for k, v in result.timings.items()})

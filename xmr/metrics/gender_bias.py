@@ -50,7 +50,8 @@ def bias_at_k(
     n_female = np.cumsum(top == -1, axis=1)
     out = {}
     for k in ks:
-        male, female = n_male[:, min(k, top.shape[1]) - 1], n_female[:, min(k, top.shape[1]) - 1]
+        col = min(k, top.shape[1]) - 1
+        male, female = n_male[:, col], n_female[:, col]
         gendered = male + female
         delta = np.divide(
             male - female, gendered, out=np.zeros(len(top)), where=gendered > 0, dtype=np.float64
