@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -20,7 +19,7 @@ from xmr.data.toyworld.captions import class_words
 from xmr.data.toyworld.generate import scene_objects
 from xmr.data.toyworld.render import render
 from xmr.data.toyworld.scene import sample_scene, scene_rng
-from xmr.synth.planning import plan_removals
+from xmr.synth.planning import class_masks, plan_removals, removal_mask
 
 SPLITS = ("train", "val", "test")
 REQUIRED_CLASSES = {
@@ -231,12 +230,7 @@ def test_planted_cooccurrence_and_gender_bias(tmp_path: Path) -> None:
 
 def _branches(objects, size: int, a1=0.4, a2=0.8, a3=0.7) -> list[str]:
     """The removal rule, written out with full-size masks: one outcome per candidate class."""
-    masks: dict[str, np.ndarray] = {}
-    for category, (x, y, w, h) in objects:
-        mask = masks.setdefault(category, np.zeros((size, size), bool))
-        x0, x1 = max(0, math.floor(x)), min(size, math.ceil(x + w))
-        y0, y1 = max(0, math.floor(y)), min(size, math.ceil(y + h))
-        mask[y0:y1, x0:x1] = True
+    masks = class_masks(objects, size, size)
     outcomes = []
     for q in masks:
         removed = {q} | {
@@ -287,7 +281,8 @@ def test_counterfactual_index_is_complete_and_exact(world: Path) -> None:
     for entry in index:
         source = instances.loadImgs(entry["source_image_id"])[0]
         anns = instances.loadAnns(instances.getAnnIds(imgIds=source["id"]))
-        present = {names[a["category_id"]] for a in anns}
+        objects = [(names[a["category_id"]], a["bbox"]) for a in anns]
+        present = {category for category, _ in objects}
         removed, kept = set(entry["removed"]), set(entry["kept"])
         assert entry["removed"] == sorted(removed) and entry["kept"] == sorted(kept)
         assert not removed & kept and removed | kept == present and kept
@@ -295,11 +290,7 @@ def test_counterfactual_index_is_complete_and_exact(world: Path) -> None:
         assert path.name.startswith(f"{source['id']:012d}_")
         original = np.asarray(Image.open(world / "test" / source["file_name"]))
         counterfactual = np.asarray(Image.open(path))
-        outside = np.ones(original.shape[:2], bool)
-        for a in anns:
-            if names[a["category_id"]] in removed:
-                x, y, w, h = a["bbox"]
-                outside[y : y + h, x : x + w] = False
+        outside = ~removal_mask(objects, removed, 96, 96)
         assert np.array_equal(original[outside], counterfactual[outside])
         changed += not np.array_equal(original, counterfactual)
     assert changed >= 0.9 * len(index)  # removals are visible (unless hidden behind others)

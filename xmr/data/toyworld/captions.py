@@ -127,7 +127,7 @@ class _Captioner:
         self.scene, self.rng = scene, rng
         self.neutral, self.gendered_word_prob = neutral, gendered_word_prob
         self.counts = Counter(o.category for o in scene.objects)
-        self.classes = list(scene.counts)
+        self.classes = list(self.counts)
         self.colours = {
             c: {o.colour for o in scene.objects if o.category == c} for c in self.classes
         }

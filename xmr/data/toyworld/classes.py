@@ -167,3 +167,8 @@ OUTFITS: dict[str, dict[str, RGB]] = {
 """Person outfit colours by gender: shirts for men, dresses for women (the visible gender cue)."""
 
 GENDERS = ("male", "female")
+
+
+def palette(category: str, gender: str | None = None) -> dict[str, RGB]:
+    """The named colours an instance picks from: a person's outfits by gender, else the class's."""
+    return OUTFITS[gender] if gender else CLASSES[category].palette

@@ -94,7 +94,14 @@ def _run_chunk(chunk: _Chunk) -> list[dict[str, Any]]:
                 name = f"counterfactuals/{chunk.split}/{counterfactual_name(image_id, plan)}"
                 _save_png(render(scene, omit=frozenset(plan)), out / name)
                 kept = sorted(set(scene.counts) - set(plan))
-                counterfactuals.append({"file_name": name, "removed": sorted(plan), "kept": kept})
+                counterfactuals.append(
+                    {
+                        "file_name": name,
+                        "source_image_id": image_id,
+                        "removed": sorted(plan),
+                        "kept": kept,
+                    }
+                )
         results.append(
             {
                 "image": {
@@ -219,15 +226,7 @@ def generate(
                 captions.append({"id": caption_id, "image_id": image["id"], "caption": text})
                 caption_id += 1
             for entry in item["counterfactuals"]:
-                index.append(
-                    {
-                        "id": cf_id,
-                        "file_name": entry["file_name"],
-                        "source_image_id": image["id"],
-                        "removed": entry["removed"],
-                        "kept": entry["kept"],
-                    }
-                )
+                index.append({"id": cf_id, **entry})
                 cf_id += 1
         _write_json(
             out / "annotations" / f"instances_{split}.json",

@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageOps
 
 from xmr.data.toyworld.background import render_background
-from xmr.data.toyworld.classes import CLASSES, OUTFITS, RGB
+from xmr.data.toyworld.classes import RGB, palette
 from xmr.data.toyworld.scene import Scene, SceneObject
 
 SUPERSAMPLE = 2
@@ -76,6 +76,9 @@ class Pen:
         a, b = self._xy([(x0, y0), (x1, y1)])
         return [min(a[0], b[0]), min(a[1], b[1]), max(a[0], b[0]), max(a[1], b[1])]
 
+    def _width(self, width: float) -> int:
+        return max(1, round(width * self.H))
+
     def _outline(self, outline: RGB | None) -> dict[str, object]:
         if outline is None or not self.outline_width:
             return {}
@@ -88,9 +91,7 @@ class Pen:
 
     def ring(self, x0: float, y0: float, x1: float, y1: float, colour: RGB, width: float) -> None:
         """An ellipse outline ``width`` (fraction of the height) thick."""
-        self.draw.ellipse(
-            self._box(x0, y0, x1, y1), outline=colour, width=max(1, round(width * self.H))
-        )
+        self.draw.ellipse(self._box(x0, y0, x1, y1), outline=colour, width=self._width(width))
 
     def rect(
         self,
@@ -113,9 +114,7 @@ class Pen:
         self.draw.polygon(self._xy(points), fill=fill, **self._outline(outline))
 
     def line(self, points: Points, colour: RGB, width: float) -> None:
-        self.draw.line(
-            self._xy(points), fill=colour, width=max(1, round(width * self.H)), joint="curve"
-        )
+        self.draw.line(self._xy(points), fill=colour, width=self._width(width), joint="curve")
 
     def pieslice(
         self,
@@ -144,9 +143,7 @@ class Pen:
         colour: RGB,
         width: float,
     ) -> None:
-        self.draw.arc(
-            self._box(x0, y0, x1, y1), start, end, fill=colour, width=max(1, round(width * self.H))
-        )
+        self.draw.arc(self._box(x0, y0, x1, y1), start, end, fill=colour, width=self._width(width))
 
     def layer(self) -> Image.Image:
         """The finished RGBA layer at the box's size."""
@@ -371,8 +368,8 @@ def draw_object(scene: Scene, index: int) -> Image.Image:
     obj = scene.objects[index]
     x, y, w, h = obj.box
     pen = Pen(w, h)
+    colour = jitter(palette(obj.category, obj.gender)[obj.colour], obj.style[0], obj.style[3])
     if obj.category == "person":
-        colour = jitter(OUTFITS[obj.gender][obj.colour], obj.style[0], obj.style[3])
         held = [o for o in scene.objects if o.relation == "hold" and o.parent == index]
         target = None
         if held:
@@ -380,7 +377,6 @@ def draw_object(scene: Scene, index: int) -> Image.Image:
             target = ((hx + hw / 2 - x) / w, (hy + hh / 2 - y) / h)
         _person(pen, obj, colour, target)
         return pen.layer()
-    colour = jitter(CLASSES[obj.category].palette[obj.colour], obj.style[0], obj.style[3])
     _DRAWERS[obj.category](pen, colour, obj.colour)
     layer = pen.layer()
     return ImageOps.mirror(layer) if obj.facing < 0 else layer

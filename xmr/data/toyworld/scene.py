@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xmr.data.toyworld.classes import CLASSES, OUTFITS
+from xmr.data.toyworld.classes import CLASSES, palette
 from xmr.data.toyworld.config import WorldConfig
 
 Box = tuple[int, int, int, int]
@@ -141,7 +141,6 @@ class _Item:
     gender: str | None = None
     facing: int = 1
     scale: float = 1.0  # depth scale of the sizes
-    closeup: bool = False
 
 
 def _size(category: str, size: int, scale: float, rng: np.random.Generator) -> tuple[float, float]:
@@ -257,12 +256,11 @@ def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool)
     tables = [it for it in items if it.category == "dining table" and it.parent is None]
     closeup = tables[0] if tables and rng.random() < config.layout.closeup_table_prob else None
     if closeup is not None:
-        closeup.closeup = True
         w = size * rng.uniform(0.94, 1.0)
         h = size * rng.uniform(0.7, 0.8)
         closeup.box = (rng.uniform(0, size - w), size - h, w, h)
 
-    roots = [i for i, it in enumerate(items) if it.parent is None and not it.closeup]
+    roots = [i for i, it in enumerate(items) if it.parent is None and it is not closeup]
     for i in roots:
         item = items[i]
         if closeup is not None:  # behind the table, further away: feet just behind its edge
@@ -294,9 +292,7 @@ def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool)
     objects = []
     for i in order:
         item = items[i]
-        spec = CLASSES[item.category]
-        palette = OUTFITS[item.gender] if item.gender else spec.palette
-        names = list(palette)
+        names = list(palette(item.category, item.gender))
         x, y, w, h = item.box
         box = (round(x), round(y), max(2, round(w)), max(2, round(h)))
         objects.append(
