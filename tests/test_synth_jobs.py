@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +48,29 @@ def _kill_tree(process: psutil.Process) -> None:
     psutil.wait_procs(family, timeout=30)
 
 
+# The driver SIGKILLs its local Ray and then itself right after committing its third shard: the
+# crash of a kill from outside, at a point the test chooses rather than one a race chooses.
+_CRASH_AFTER_THIRD_SHARD = """
+import os, runpy, signal, sys
+import psutil
+import xmr.synth.build as build
+
+commit, committed = build.commit_shard, []
+
+def commit_then_crash(*args, **kwargs):
+    commit(*args, **kwargs)
+    committed.append(args[1])
+    if len(committed) == 3:
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+build.commit_shard = commit_then_crash
+sys.argv = ["xmr.synth", *sys.argv[1:]]
+runpy.run_module("xmr.synth", run_name="__main__")
+"""
+
+
 def test_killed_build_resumes_to_the_uninterrupted_output(
     small_toyworld, local_ray, tmp_path
 ) -> None:
@@ -61,20 +85,13 @@ def test_killed_build_resumes_to_the_uninterrupted_output(
     total = read_manifest(reference)["counts"]["shards"]
 
     out = tmp_path / "out"
-    driver = subprocess.Popen(
-        [*command, *_synth_args(small_toyworld, out)], env=_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    crashed = subprocess.run(
+        [sys.executable, "-c", _CRASH_AFTER_THIRD_SHARD, *_synth_args(small_toyworld, out)],
+        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600,
     )  # fmt: skip
-    shards: list[Path] = []
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and driver.poll() is None:
-        shards = list((out / "data").glob("part-*.parquet"))
-        if shards:
-            break
-        time.sleep(0.02)
-    _kill_tree(psutil.Process(driver.pid))  # the driver and the local Ray it started
+    assert crashed.returncode == -signal.SIGKILL
     committed = len(list((out / "data").glob("part-*.parquet")))
-    assert 0 < committed < total, f"kill landed at {committed}/{total} shards"
+    assert committed == 3 < total
     assert not (out / "manifest.json").exists()
 
     rerun = subprocess.run(
@@ -161,13 +178,12 @@ def test_a_worker_killed_mid_build_costs_nothing(small_toyworld, local_ray, tmp_
     def kill_one_fill_worker() -> None:
         deadline = time.monotonic() + 120
         while not killed and time.monotonic() < deadline:
-            if list((out / "data").glob("part-*.parquet")):
-                for p in psutil.process_iter(["cmdline"]):
-                    title = " ".join(p.info["cmdline"] or [])
-                    if title.startswith("ray::MapBatches") and "_run_task" in title:
-                        p.kill()
-                        killed.append(p.pid)
-                        break
+            for p in psutil.process_iter(["cmdline"]):  # a worker while it runs a fill task
+                title = " ".join(p.info["cmdline"] or [])
+                if title.startswith("ray::MapBatches") and "_run_task" in title:
+                    p.kill()
+                    killed.append(p.pid)
+                    break
             time.sleep(0.01)
 
     killer = threading.Thread(target=kill_one_fill_worker)
