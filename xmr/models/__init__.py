@@ -7,16 +7,25 @@ torch.Size([1, 128])
 Families are imported on first use (see :mod:`xmr.models.registry`).
 """
 
-from xmr.models.base import CheckpointError, ModelSpec, RetrievalModel, save_checkpoint
+from xmr.models.base import (
+    CheckpointError,
+    Corpus,
+    ModelSpec,
+    RetrievalModel,
+    read_checkpoint,
+    save_checkpoint,
+)
 from xmr.models.registry import check_spec, create_model, list_archs, list_models
 
 __all__ = [
     "CheckpointError",
+    "Corpus",
     "ModelSpec",
     "RetrievalModel",
     "check_spec",
     "create_model",
     "list_archs",
     "list_models",
+    "read_checkpoint",
     "save_checkpoint",
 ]

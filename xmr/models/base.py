@@ -1,9 +1,14 @@
 """What every retrieval model offers, how a model is named (:class:`ModelSpec`), and checkpoints.
 
-A family (``clip``, later ``vsepp``, ``blip``, ``eiclip``) subclasses :class:`RetrievalModel` and
-implements three methods: ``preprocess`` (PIL image to pixels), ``image_features`` and
-``text_features`` (raw embeddings). Normalisation, inference mode, devices and checkpoints are
-shared here.
+A family (``clip``, ``vsepp``, ``blip``, ``eiclip``) subclasses :class:`RetrievalModel` and
+implements ``preprocess`` (PIL image to pixels), ``tokenize`` (texts to token tensors),
+``image_features`` and ``text_features`` (raw embeddings) and, to be trainable, ``objective``
+(its training loss as an ``nn.Module``, see :mod:`xmr.train`). Normalisation, inference mode,
+devices and checkpoints are shared here.
+
+A family whose architecture depends on the training data (VSE++'s word vocabulary, EI-CLIP's
+entity tables) builds it from a :class:`Corpus` and returns it from ``checkpoint_extra``; it is
+saved in the checkpoint and read back by the family's ``build`` (:func:`read_checkpoint`).
 
 Checkpoints are read with ``torch.load(..., weights_only=True)`` only: a file that needs
 arbitrary unpickling is refused, never executed.
@@ -17,14 +22,18 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
+
+if TYPE_CHECKING:
+    from xmr.train.batch import TextInputs
+    from xmr.train.losses import LossConfig
 
 
 class CheckpointError(ValueError):
@@ -70,6 +79,19 @@ class ModelSpec:
         }
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """Training texts a family may build vocabularies from.
+
+    Attributes:
+        captions: every training caption.
+        entities: EI-CLIP: entity group -> the entity value of each training row ("" = none).
+    """
+
+    captions: Sequence[str]
+    entities: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
 class RetrievalModel(ABC):
     """An image encoder and a text encoder into one ``embed_dim``-dimensional space.
 
@@ -99,6 +121,26 @@ class RetrievalModel(ABC):
     @abstractmethod
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """The eval transform: a PIL image (any mode) to a ``[3, H, W]`` float32 CPU tensor."""
+
+    def train_transform(self, image: Image.Image) -> torch.Tensor:
+        """The training transform (default: :meth:`preprocess`): ``[3, H, W]`` float32."""
+        return self.preprocess(image)
+
+    @abstractmethod
+    def tokenize(self, texts: Sequence[str]) -> TextInputs:
+        """``B`` strings to the family's token tensors on CPU (``[B, L]`` ids or a dict of them)."""
+
+    def objective(self, loss: LossConfig) -> nn.Module:
+        """The training objective over :attr:`module`.
+
+        An ``nn.Module`` that holds :attr:`module` (so DDP wraps both) and whose
+        ``forward(batch: TrainBatch)`` returns ``{"loss": scalar, **detached parts}``.
+        """
+        raise NotImplementedError(f"the {self.spec.family} family has no training objective")
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """Data-dependent parts to save beside the weights (vocabularies); plain types only."""
+        return {}
 
     @abstractmethod
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -168,15 +210,28 @@ class RetrievalModel(ABC):
         self.module.load_state_dict(state)
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """The state dict in ``path`` (raw, or under key ``"model"``), read on CPU, weights only."""
+def read_checkpoint(path: str | Path) -> Any:
+    """Everything in the checkpoint file ``path``, read on CPU with ``weights_only=True``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: the file needs arbitrary unpickling (refused) or is not a checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
         raise CheckpointError(
             f"{path} is not a checkpoint that loads with torch.load(weights_only=True) "
             f"(only tensors and plain containers are allowed): {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict in ``path`` (raw, or under key ``"model"``), read on CPU, weights only."""
+    obj = read_checkpoint(path)
     state = obj["model"] if isinstance(obj, Mapping) and "model" in obj else obj
     if not (
         isinstance(state, Mapping)
@@ -192,8 +247,9 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 def save_checkpoint(
     path: str | Path, model: RetrievalModel, extra: Mapping[str, Any] | None = None
 ) -> Path:
-    """Write ``{"model": state_dict, "spec": spec dict, **extra}`` to ``path`` atomically.
+    """Write ``{"model": state_dict, "spec": spec dict, **model extra, **extra}`` atomically.
 
+    The model's :meth:`~RetrievalModel.checkpoint_extra` (vocabularies) is always included.
     ``extra`` (e.g. ``{"epoch": 3, "metrics": {...}}``) must hold only what
     ``torch.load(weights_only=True)`` accepts: tensors, numbers, strings, lists, dicts.
 
@@ -201,7 +257,7 @@ def save_checkpoint(
         ``path``.
     """
     path = Path(path)
-    extra = dict(extra or {})
+    extra = {**model.checkpoint_extra(), **(extra or {})}
     clash = {"model", "spec"} & extra.keys()
     if clash:
         raise ValueError(f"extra must not override the checkpoint keys {sorted(clash)}")

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import open_clip
 import torch
+import torch.nn.functional as F
 from PIL import Image
+from torch import nn
 
-from xmr.models.base import ModelSpec, RetrievalModel
+from xmr.models.base import Corpus, ModelSpec, RetrievalModel
+from xmr.train.batch import TrainBatch
+from xmr.train.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
 
 CONFIGS = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIGS)
@@ -45,13 +49,47 @@ class ClipModel(RetrievalModel):
         """Resize (shortest side), centre-crop, RGB, normalise: ``[3, S, S]`` float32."""
         return self._transform(image)
 
+    def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
+        """``B`` strings -> ``[B, context_length]`` int64 BPE ids (longer texts truncated)."""
+        return self._tokenizer(list(texts))
+
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """``[B, 3, S, S]`` -> ``[B, D]``."""
         return self.module.encode_image(pixels)
 
     def text_features(self, texts: Sequence[str]) -> torch.Tensor:
         """``B`` strings -> ``[B, D]``; texts longer than the context length are truncated."""
-        return self.module.encode_text(self._tokenizer(list(texts)).to(self.device))
+        return self.module.encode_text(self.tokenize(texts).to(self.device))
+
+    def objective(self, loss: LossConfig) -> ClipObjective:
+        return ClipObjective(self.module, loss)
+
+
+class ClipObjective(nn.Module):
+    """Symmetric InfoNCE with CLIP's learnable temperature; FairSample on text->image.
+
+    ``forward(batch)`` -> ``{"loss", "loss_i2t", "loss_t2i"}``: the loss is the mean of the two
+    directions (each averaged over the batch), the parts are detached.
+    """
+
+    def __init__(self, model: nn.Module, loss: LossConfig) -> None:
+        super().__init__()
+        self.model = model
+        self.loss = loss
+
+    def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        image = F.normalize(self.model.encode_image(batch.pixels), dim=-1)
+        text = F.normalize(self.model.encode_text(batch.text), dim=-1)
+        scale = self.model.logit_scale.exp().clamp(max=100.0)
+        i2t, t2i = contrastive_losses(image, text, scale, batch.image_ids)
+        fair = None
+        if self.loss.fair_alpha > 0:
+            fair = fair_contrastive_t2i(
+                image, text, scale, batch.image_ids, batch.image_gender, batch.caption_neutral
+            )
+        t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
+        loss = (i2t.mean() + t2i.mean()) / 2
+        return {"loss": loss, "loss_i2t": i2t.mean().detach(), "loss_t2i": t2i.mean().detach()}
 
 
 def _fetch(arch: str, pretrained: str) -> None:
@@ -73,8 +111,11 @@ def _fetch(arch: str, pretrained: str) -> None:
         ) from exc
 
 
-def build(spec: ModelSpec) -> ClipModel:
-    """Build ``spec.arch`` on CPU: random init, or the weights of ``spec.pretrained``."""
+def build(spec: ModelSpec, corpus: Corpus | None = None) -> ClipModel:
+    """Build ``spec.arch`` on CPU: random init, or the weights of ``spec.pretrained``.
+
+    CLIP's BPE vocabulary is fixed: ``corpus`` is not needed.
+    """
     if spec.pretrained is not None:
         _fetch(spec.arch, spec.pretrained)
     model, _, transform = open_clip.create_model_and_transforms(

@@ -1,9 +1,9 @@
 """The model zoo as data: family name -> the module that builds it.
 
-A family module defines ``build(spec: ModelSpec) -> RetrievalModel`` and
-``list_archs() -> list[str]``; it is imported on first use, so listing families or naming a spec
-costs no heavy import (open_clip alone takes seconds). Adding a family is one line in
-:data:`MODEL_FAMILIES`.
+A family module defines ``build(spec: ModelSpec, corpus: Corpus | None = None) ->
+RetrievalModel`` and ``list_archs() -> list[str]``; it is imported on first use, so listing
+families or naming a spec costs no heavy import (open_clip alone takes seconds). Adding a
+family is one line in :data:`MODEL_FAMILIES`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,18 @@ from typing import Protocol, cast
 
 import torch
 
-from xmr.models.base import ModelSpec, RetrievalModel
+from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 
 
 class ModelFamily(Protocol):
     """What a family module provides."""
 
-    def build(self, spec: ModelSpec) -> RetrievalModel:
-        """Construct the model of ``spec`` on CPU (random init or pretrained weights)."""
+    def build(self, spec: ModelSpec, corpus: Corpus | None = None) -> RetrievalModel:
+        """Construct the model of ``spec`` on CPU (random init or pretrained weights).
+
+        ``corpus``: training texts for data-dependent parts (vocabularies); families that
+        need one read it from ``spec.checkpoint`` when no corpus is given.
+        """
         ...
 
     def list_archs(self) -> list[str]:
@@ -77,6 +81,7 @@ def create_model(
     *,
     device: str | torch.device = "cpu",
     seed: int | None = 0,
+    corpus: Corpus | None = None,
 ) -> RetrievalModel:
     """Build a model from a :class:`ModelSpec`, or from its fields.
 
@@ -84,6 +89,7 @@ def create_model(
     Randomly initialised weights are drawn under ``torch.manual_seed(seed)`` (the caller's RNG
     state is restored afterwards), so a spec and seed always give the same model; ``seed=None``
     draws from the current RNG. ``spec.checkpoint``, if any, is loaded after construction.
+    ``corpus`` builds data-dependent parts (VSE++ vocabulary) for training from scratch.
 
     Raises:
         ValueError: unknown family, architecture or pretrained tag, or a checkpoint that does not
@@ -102,7 +108,7 @@ def create_model(
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        model = family.build(spec)
+        model = family.build(spec, corpus)
     if spec.checkpoint is not None:
         model.load_checkpoint(spec.checkpoint)
     return model.to(device)
