@@ -531,6 +531,6 @@ def test_read_counterfactuals(tmp_path: Path) -> None:
 
 
 def test_read_dataset_unknown_name(tmp_path: Path) -> None:
-    assert DATASETS == ("toyworld", "coco", "flickr30k")
-    with pytest.raises(ValueError, match="toyworld, coco, flickr30k"):
+    assert DATASETS == ("toyworld", "coco", "flickr30k", "fashiongen")
+    with pytest.raises(ValueError, match="toyworld, coco, flickr30k, fashiongen"):
         read_dataset("imagenet", tmp_path, "train")

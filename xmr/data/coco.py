@@ -8,6 +8,8 @@ images in ``root/{split}{year}/{file_name}`` (COCO 2014 / 2017; ToyWorld uses ``
   normal in COCO.
 - Crowd annotations (``iscrowd=1``) are kept: their boxes are real object regions.
 - Captions and objects keep file order; records are sorted by image id.
+- An image entry's optional ``"entities"`` object (entity group -> value, as ToyWorld's shop mode
+  writes) becomes :attr:`ImageRecord.entities`; it must map strings to strings.
 
 Bad items follow :func:`xmr.data.errors.report`: a missing or malformed annotation file always
 raises; a missing image file, a caption with no words, a box outside the image (see
@@ -209,6 +211,15 @@ def read_coco(
         if not path.is_file():
             report(DataIssue(item, f"image file {path} is missing", image_id), issues)
             continue
+        entities = image.get("entities", {})
+        if not isinstance(entities, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in entities.items()
+        ):
+            report(
+                DataIssue(item, f"entities {entities!r} is not a str -> str object", image_id),
+                issues,
+            )
+            continue
         caps = _captions(captions.imgToAnns.get(image_id, []), image_id, captions_file, issues)
         if not caps:
             report(DataIssue(item, "image has no usable caption", image_id), issues)
@@ -225,6 +236,7 @@ def read_coco(
                 captions=tuple(caps),
                 objects=tuple(objects),
                 split=split,
+                entities=entities,
             )
         )
     return records

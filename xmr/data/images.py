@@ -3,16 +3,88 @@
 Pillow only decodes pixel data on ``load()``; ``Image.open`` alone reads the header. Both helpers
 here force a full decode, and rely on ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` staying ``False``
 (Pillow's default), so a truncated file is an error rather than a silently grey-padded image.
+
+Images stored inside an HDF5 file (Fashion-Gen) have paths of the form ``<file>.h5::<row>``
+(also ``.hdf5``): row ``row`` (0-based) of the file's ``input_image`` dataset, ``(N, H, W, 3)``
+uint8 RGB. Each process opens such a file once, read-only, and keeps the handle.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import re
 from pathlib import Path
 
+import h5py
+import numpy as np
 from PIL import Image
 
 from xmr.data.errors import DataError
+
+#: The HDF5 dataset ``<file>.h5::<row>`` paths index (Fashion-Gen's image dataset).
+H5_IMAGE_DATASET = "input_image"
+
+_H5_PATH = re.compile(r"(?P<file>.+\.(?:h5|hdf5))::(?P<row>.*)", re.IGNORECASE)
+_ROW = re.compile(r"[0-9]+")
+# Open HDF5 files of this process: (pid, path) -> handle. The pid keeps a forked child from
+# using its parent's handle (HDF5 handles do not survive fork).
+_H5_FILES: dict[tuple[int, str], h5py.File] = {}
+
+
+def h5_image_path(file: str | Path, row: int) -> Path:
+    """The path of row ``row`` of ``file``'s image dataset: ``<file>::<row>``."""
+    return Path(f"{file}::{row}")
+
+
+def _split_h5_path(path: str | Path) -> tuple[Path, str] | None:
+    """``(file, row text)`` of a ``<file>.h5::<row>`` path, None for an ordinary path."""
+    match = _H5_PATH.fullmatch(str(path))
+    return (Path(match["file"]), match["row"]) if match else None
+
+
+def _h5_images(file: Path) -> h5py.Dataset:
+    """The image dataset of ``file``, opening the file on this process's first use."""
+    key = (os.getpid(), str(file))
+    handle = _H5_FILES.get(key)
+    if handle is None or not handle.id.valid:
+        if not file.is_file():
+            raise DataError(f"{file}: HDF5 file not found")
+        try:
+            handle = h5py.File(file, "r")
+        except OSError as exc:
+            raise DataError(f"{file}: cannot open HDF5 file ({exc})") from exc
+        _H5_FILES[key] = handle
+    if H5_IMAGE_DATASET not in handle:
+        raise DataError(f"{file}: no {H5_IMAGE_DATASET!r} dataset")
+    images = handle[H5_IMAGE_DATASET]
+    if images.ndim != 4 or images.shape[3] != 3 or images.dtype != np.uint8:
+        raise DataError(
+            f"{file}: {H5_IMAGE_DATASET!r} must be (N, H, W, 3) uint8, "
+            f"got {images.shape} {images.dtype}"
+        )
+    return images
+
+
+def _h5_row(file: Path, row_text: str, images: h5py.Dataset) -> int:
+    """The row index of ``row_text``; raises :class:`DataError` naming file and row if invalid."""
+    if not _ROW.fullmatch(row_text) or int(row_text) >= images.shape[0]:
+        raise DataError(
+            f"{file}: row {row_text!r} is not an image row (the file has {len(images)} rows, "
+            "numbered from 0)"
+        )
+    return int(row_text)
+
+
+def _load_h5_image(file: Path, row_text: str) -> Image.Image:
+    images = _h5_images(file)
+    row = _h5_row(file, row_text, images)
+    try:
+        pixels = images[row]
+    except (OSError, RuntimeError) as exc:  # HDF5 read / decompression failure
+        raise DataError(f"{file}: row {row}: cannot read image ({exc})") from exc
+    return Image.fromarray(pixels, "RGB")
+
 
 # What Pillow raises for unreadable files (UnidentifiedImageError is an OSError).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
@@ -22,8 +94,11 @@ def load_image(path: str | Path) -> Image.Image:
     """Decode ``path`` fully into an RGB image.
 
     Raises :class:`DataError` naming the file when it is missing, not an image, corrupt or
-    truncated.
+    truncated. ``<file>.h5::<row>`` reads that row of the file's ``input_image`` dataset (a bad
+    row is a :class:`DataError` naming file and row).
     """
+    if h5 := _split_h5_path(path):
+        return _load_h5_image(*h5)
     path = Path(path)
     try:
         with Image.open(path) as image:
@@ -52,7 +127,13 @@ def image_size(path: str | Path) -> tuple[int, int]:
     """``(width, height)`` from the image header, without decoding the pixels.
 
     Raises :class:`DataError` naming the file when it is missing or its header is unreadable.
+    ``<file>.h5::<row>``: the size from the ``input_image`` dataset's shape, row checked.
     """
+    if h5 := _split_h5_path(path):
+        file, row_text = h5
+        images = _h5_images(file)
+        _h5_row(file, row_text, images)
+        return (int(images.shape[2]), int(images.shape[1]))
     path = Path(path)
     try:
         with Image.open(path) as image:

@@ -1,10 +1,12 @@
-"""The one record schema every reader yields (COCO, Flickr30k, ToyWorld).
+"""The one record schema every reader yields (COCO, Flickr30k, ToyWorld, Fashion-Gen).
 
 Boxes are COCO-style ``(x, y, w, h)`` in pixels, origin at the top-left corner.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,9 +47,29 @@ class ObjectAnnotation:
     attributes: Mapping[str, str] = field(default_factory=dict)
 
 
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_entity(value: str) -> str:
+    """The one form an entity value takes in :attr:`ImageRecord.entities`.
+
+    NFKC-normalised, whitespace runs (including no-break spaces) collapsed to one space, stripped,
+    lower-cased: ``"  Comme des  GARÇONS "`` -> ``"comme des garçons"``. Matching and vocabularies
+    use this form; no separate display form is kept (CLIP's tokenizer lower-cases anyway).
+    """
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", value)).strip().lower()
+
+
 @dataclass(frozen=True)
 class ImageRecord:
-    """One image with its captions and objects."""
+    """One image with its captions and objects.
+
+    ``entities`` maps an entity group to the product's value in it (EI-CLIP's tag entities, e.g.
+    ``{"brand": "horse", "category": "tops", "subcategory": "sweater", "season": "fw2024",
+    "composition": "100% wool"}``), each value one whole entity (never split into sub-words) in
+    :func:`normalise_entity` form. Datasets without metadata leave it empty; a group whose value
+    is unknown for an image is absent.
+    """
 
     image_id: int
     path: Path
@@ -56,6 +78,7 @@ class ImageRecord:
     captions: tuple[Caption, ...]
     objects: tuple[ObjectAnnotation, ...]
     split: str
+    entities: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def caption_texts(self) -> tuple[str, ...]:
@@ -86,6 +109,7 @@ class ImageRecord:
                 for o in self.objects
             ],
             "split": self.split,
+            "entities": dict(self.entities),
         }
 
     @classmethod
@@ -109,4 +133,5 @@ class ImageRecord:
                 for o in data["objects"]
             ),
             split=data["split"],
+            entities=dict(data.get("entities", {})),
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from xmr.data.coco import read_coco
 from xmr.data.errors import DataIssue
+from xmr.data.fashiongen import fashiongen_splits, read_fashiongen
 from xmr.data.flickr30k import read_flickr30k
 from xmr.data.records import ImageRecord
 from xmr.data.toyworld_reader import read_toyworld
@@ -16,6 +17,7 @@ _READERS: dict[str, Callable[..., list[ImageRecord]]] = {
     "toyworld": read_toyworld,
     "coco": read_coco,
     "flickr30k": read_flickr30k,
+    "fashiongen": read_fashiongen,
 }
 
 DATASETS = tuple(_READERS)
@@ -38,10 +40,12 @@ def dataset_splits(name: str, root: str | Path) -> list[str]:
     """The splits of dataset ``name`` at ``root``, sorted (the ODmAP gallery spans all of them).
 
     COCO and ToyWorld: every ``annotations/captions_{split}[year].json``; Flickr30k: the Karpathy
-    splits.
+    splits; Fashion-Gen: ``train`` / ``validation`` where their file exists.
     """
     if name == "flickr30k":
         return ["test", "train", "val"]
+    if name == "fashiongen":
+        return fashiongen_splits(root)
     pattern = re.compile(r"captions_([a-z]+?)(?:\d{4})?\.json")
     found = {
         m.group(1)
