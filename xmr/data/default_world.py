@@ -16,22 +16,26 @@ def cache_dir() -> Path:
     return Path(base) / "xmr"
 
 
-def default_toyworld(seed: int = 0, *, progress: bool = True) -> Path:
-    """Path of the default ToyWorld for ``seed``, generating it on first use.
+def default_toyworld(seed: int = 0, *, mode: str = "scene", progress: bool = True) -> Path:
+    """Path of the default ToyWorld of ``mode`` (``scene`` or ``shop``) for ``seed``, generating it
+    on first use (``<cache>/toyworld/default-...`` or ``shop-...``).
 
     Generation writes to a temporary folder renamed into place at the end, so an interrupted
     run never leaves a half-written world behind.
     """
     from xmr import __version__
-    from xmr.data.toyworld import generate
+    from xmr.data.toyworld import MODES, generate_world
 
-    root = cache_dir() / "toyworld" / f"default-v{__version__}-seed{seed}"
+    if mode not in MODES:
+        raise ValueError(f"unknown ToyWorld mode {mode!r}; choose one of {', '.join(MODES)}")
+    name = "default" if mode == "scene" else mode
+    root = cache_dir() / "toyworld" / f"{name}-v{__version__}-seed{seed}"
     if (root / "world.json").is_file():
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".toyworld-", dir=root.parent))
     try:
-        generate(tmp, seed=seed, progress=progress)
+        generate_world(tmp, mode=mode, seed=seed, progress=progress)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -34,7 +34,8 @@ _H5_FILES: dict[tuple[int, str], h5py.File] = {}
 
 def h5_image_path(file: str | Path, row: int) -> Path:
     """The path of row ``row`` of ``file``'s image dataset: ``<file>::<row>``."""
-    return Path(f"{file}::{row}")
+    file = Path(file)
+    return file.with_name(f"{file.name}::{row}")
 
 
 def _split_h5_path(path: str | Path) -> tuple[Path, str] | None:

@@ -1,5 +1,7 @@
 """ToyWorld: a procedural image-caption world with planted biases and exact ground truth.
 
+Two modes. ``scene`` (the default, ``default.yaml``):
+
 - Objects of 12 COCO classes on textured backgrounds, with interactions (a dog catching a
   frisbee, a person riding a horse, a cup on a table) that make every branch of the odmap
   removal rule occur.
@@ -9,11 +11,29 @@
   come with women (0.8) and bicycles with men (0.8); test captions are gender-neutral.
 - Exact counterfactuals: each removal plan of a test image re-rendered without its classes.
 
-``generate(out_dir, config=None, *, seed=None, progress=False)`` writes a world in COCO layout
-(see :mod:`xmr.data.toyworld.generate`); ``load_config(path | None)`` reads a world YAML.
+``shop`` (``shop.yaml``, :mod:`xmr.data.toyworld.shop`): one product per image on a plain
+background, a shop description, and EI-CLIP's entities (brand, category, subcategory, season,
+composition); brands have visible logos and several brand names are ordinary words.
+
+``generate(out_dir, config=None, *, seed=None, progress=False)`` writes a scene world in COCO
+layout (see :mod:`xmr.data.toyworld.generate`), ``generate_shop`` a shop world,
+``generate_world(..., mode=)`` either; ``load_config`` / ``load_shop_config`` read a world YAML.
 """
 
 from xmr.data.toyworld.config import WorldConfig, load_config
 from xmr.data.toyworld.generate import generate
+from xmr.data.toyworld.modes import MODES, config_mode, generate_world
+from xmr.data.toyworld.shop import generate_shop
+from xmr.data.toyworld.shop_config import ShopConfig, load_shop_config
 
-__all__ = ["WorldConfig", "generate", "load_config"]
+__all__ = [
+    "MODES",
+    "ShopConfig",
+    "WorldConfig",
+    "config_mode",
+    "generate",
+    "generate_shop",
+    "generate_world",
+    "load_config",
+    "load_shop_config",
+]

@@ -1,6 +1,7 @@
 """ToyWorld configuration: frozen dataclasses read from YAML, validated key by key.
 
-The defaults live in ``default.yaml`` next to this module. A user's YAML overrides them key by
+The defaults live in ``default.yaml`` next to this module; its ``mode: scene`` tells this world
+from the shop world (:mod:`xmr.data.toyworld.shop_config`). A user's YAML overrides them key by
 key: the sections ``layout``, ``captions`` and ``counterfactuals`` merge, every other value
 (lists, ``splits``) replaces the default. Unknown keys and bad values raise ``ValueError``
 naming the file and the key (``world.yaml: captions.omit_prob: ...``).
@@ -205,6 +206,13 @@ def _entries(value: Any, key: str, source: str, fields: tuple[str, ...]) -> list
 
 
 def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
+    if data["mode"] != "scene":
+        raise _fail(
+            source,
+            "mode",
+            f"must be 'scene' for a scene world, got {data['mode']!r} "
+            "(shop worlds load with xmr.data.toyworld.load_shop_config)",
+        )
     raw_splits = _mapping(data["splits"], "splits", source)
     splits: dict[str, int] = {}
     for name, count in raw_splits.items():

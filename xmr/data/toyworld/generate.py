@@ -2,7 +2,7 @@
 
 Layout under ``out_dir``::
 
-    world.json                              resolved config, seed, xmr version, counts
+    world.json                              mode "scene", resolved config, seed, xmr version, counts
     annotations/instances_{split}.json      COCO instances; persons carry attributes.gender
     annotations/captions_{split}.json       COCO captions, 5 per image
     {split}/{image_id:012d}.png             images (file_name in the JSON is the base name)
@@ -21,6 +21,7 @@ import json
 import math
 import multiprocessing
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,36 @@ def _run_chunk(chunk: _Chunk) -> list[dict[str, Any]]:
     return results
 
 
+def run_chunks(
+    run: Callable[[Any], list[dict[str, Any]]],
+    chunks: Sequence[Any],
+    splits: list[str],
+    *,
+    progress: bool,
+) -> dict[str, list[dict[str, Any]]]:
+    """``run`` every chunk (each has ``split``, ``start``, ``stop``); return each split's results
+    in chunk order.
+
+    Worlds of more than :data:`CHUNK` images run in spawned processes, one per core: ``run`` must
+    be a module-level function (it is pickled to the workers).
+    """
+    total = sum(c.stop - c.start for c in chunks)
+    processes = min(_workers(), math.ceil(total / CHUNK))  # small worlds: no pool to start
+    results: dict[str, list[dict[str, Any]]] = {split: [] for split in splits}
+    with tqdm(total=total, disable=not progress, unit="img", desc="toyworld") as bar:
+        if processes > 1:
+            with multiprocessing.get_context("spawn").Pool(processes) as pool:
+                for chunk, part in zip(chunks, pool.imap(run, chunks), strict=True):
+                    results[chunk.split] += part
+                    bar.update(len(part))
+        else:
+            for chunk in chunks:
+                part = run(chunk)
+                results[chunk.split] += part
+                bar.update(len(part))
+    return results
+
+
 def _resolve(config: WorldConfig | str | Path | None, seed: int | None) -> WorldConfig:
     if config is None or isinstance(config, str | Path):
         cfg = load_config(config)
@@ -179,20 +210,7 @@ def generate(
             chunks.append(_Chunk(cfg, str(out), split, start, stop, first_id + start))
         first_id += count
 
-    total = sum(cfg.splits.values())
-    processes = min(_workers(), math.ceil(total / CHUNK))  # small worlds: no pool to start
-    results: dict[str, list[dict[str, Any]]] = {split: [] for split in cfg.splits}
-    with tqdm(total=total, disable=not progress, unit="img", desc="toyworld") as bar:
-        if processes > 1:
-            with multiprocessing.get_context("spawn").Pool(processes) as pool:
-                for chunk, part in zip(chunks, pool.imap(_run_chunk, chunks), strict=True):
-                    results[chunk.split] += part
-                    bar.update(len(part))
-        else:
-            for chunk in chunks:
-                part = _run_chunk(chunk)
-                results[chunk.split] += part
-                bar.update(len(part))
+    results = run_chunks(_run_chunk, chunks, list(cfg.splits), progress=progress)
 
     categories = [
         {"id": CLASSES[c].coco_id, "name": c, "supercategory": CLASSES[c].supercategory}
@@ -253,6 +271,7 @@ def generate(
             counts[split]["counterfactuals"] = len(index)
     world = {
         "xmr_version": __version__,
+        "mode": "scene",
         "seed": cfg.seed,
         "config": cfg.to_dict(),
         "counts": counts,

@@ -1,0 +1,262 @@
+"""ToyWorld shop mode: product photos with shop descriptions and EI-CLIP's tag entities.
+
+Each image is one product on a plain light background. A product has a brand (a logo badge
+drawn on it: learnable from pixels), a category and subcategory (the silhouette), a style (drawn
+variant), a colour, a composition and a season (neither drawn). Brands sell a few categories
+each; several brand names are ordinary words (``Horse`` sweaters, ``Dog`` sneakers, ``Navy``
+trousers in red): the confounding entities EI-CLIP's entity encoder is for. Descriptions read
+like shop copy and name the brand with probability ``captions.brand_prob``::
+
+    Horse wool crew-neck sweater in navy. Ribbed cuffs and hem. Logo patch at chest.
+    Autumn/winter 2024 collection.
+
+Layout under ``out_dir`` (what :func:`xmr.data.toyworld_reader.read_toyworld` reads)::
+
+    world.json                              mode "shop", resolved config, seed, xmr version, counts
+    annotations/captions_{split}.json       one description per image; each image entry carries
+                                            "entities": {brand, category, subcategory, season,
+                                            composition} (ImageRecord.entities)
+    annotations/instances_{split}.json      the product (category = subcategory, attributes
+                                            colour and style) and its logo badge (category
+                                            "logo", attributes.brand) per image
+    {split}/{image_id:012d}.png             images
+
+Ids and seeding follow the scene world (:mod:`xmr.data.toyworld.generate`): image ids run from 1
+across the splits in config order, image ``i`` of a split draws everything from
+``scene_rng(seed, split, i)``, so the output is byte-identical for a seed at any process count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmr.data.toyworld.generate import CHUNK, _save_png, _write_json, run_chunks
+from xmr.data.toyworld.scene import scene_rng
+from xmr.data.toyworld.shop_catalogue import COMPOSITIONS, SEASON_WORDS, SUBCATEGORIES
+from xmr.data.toyworld.shop_config import ShopCaptions, ShopConfig, load_shop_config
+from xmr.data.toyworld.shop_render import Product, logo_box, render_product
+
+#: COCO category ids: the subcategories in catalogue order, then the logo badge.
+CATEGORY_IDS = {name: i for i, name in enumerate([*SUBCATEGORIES, "logo"], start=1)}
+
+
+def sample_product(config: ShopConfig, rng: np.random.Generator) -> Product:
+    """Draw one product: brand, then one of its categories, subcategory, style, colour,
+    composition, season (each uniform), then size, position and background."""
+    brand = config.brands[int(rng.integers(len(config.brands)))]
+    category = brand.sells[int(rng.integers(len(brand.sells)))]
+    names = [name for name, spec in SUBCATEGORIES.items() if spec.category == category]
+    subcategory = names[int(rng.integers(len(names)))]
+    spec = SUBCATEGORIES[subcategory]
+    style = int(rng.integers(len(spec.styles)))
+    colour = config.colours[int(rng.integers(len(config.colours)))]
+    composition = spec.compositions[int(rng.integers(len(spec.compositions)))]
+    season = config.seasons[int(rng.integers(len(config.seasons)))]
+    tint = (float(rng.random()), float(rng.random()))
+
+    lay, size = config.layout, config.image_size
+    longer = float(rng.uniform(lay.min_scale, lay.max_scale)) * size
+    if spec.aspect >= 1:
+        width, height = longer, longer / spec.aspect
+    else:
+        width, height = longer * spec.aspect, longer
+    w, h = max(8, round(width)), max(8, round(height))
+    cx, cy = (size / 2 + rng.uniform(-lay.offset, lay.offset, 2) * size).tolist()
+    x = min(max(round(cx - w / 2), 0), size - w)
+    y = min(max(round(cy - h / 2), 0), size - h)
+    facing = -1 if category == "shoes" and rng.random() < 0.5 else 1
+    side = min(max(8, round(lay.logo_size * size)), w, h)
+    level = float(rng.uniform(232, 250))
+    background = tuple(round(level + d) for d in rng.uniform(-4, 4, 3).tolist())
+    return Product(
+        size=size,
+        background=background,
+        brand=brand,
+        subcategory=subcategory,
+        style=style,
+        colour=colour,
+        composition=composition,
+        season=season,
+        tint=tint,
+        box=(x, y, w, h),
+        facing=facing,
+        logo=logo_box(subcategory, (x, y, w, h), facing, side),
+        noise_std=lay.noise_std,
+        noise_seed=int(rng.integers(2**63)),
+    )
+
+
+def describe(product: Product, rng: np.random.Generator, captions: ShopCaptions) -> str:
+    """Shop copy for ``product``: "[Brand] material style noun in colour.", 0..``max_details``
+    detail sentences, maybe where the logo is, and the season's collection."""
+    spec = SUBCATEGORIES[product.subcategory]
+    words = [COMPOSITIONS[product.composition], product.style_word, spec.noun]
+    if rng.random() < captions.brand_prob:
+        words.insert(0, product.brand.name)
+    first = " ".join(words)
+    sentences = [f"{first[0].upper()}{first[1:]} in {product.colour}."]
+    n_details = min(int(rng.integers(captions.max_details + 1)), len(spec.details))
+    picks = rng.choice(len(spec.details), size=n_details, replace=False)
+    sentences += [spec.details[int(i)] for i in picks]
+    if rng.random() < captions.logo_prob:
+        sentences.append(f"Logo patch {spec.logo_phrase}.")
+    sentences.append(f"{SEASON_WORDS[product.season[:2]]} {product.season[2:]} collection.")
+    return " ".join(sentences)
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Images ``start .. stop - 1`` of ``split``; the first gets image id ``first_id``."""
+
+    config: ShopConfig
+    out_dir: str
+    split: str
+    start: int
+    stop: int
+    first_id: int
+
+
+def _run_chunk(chunk: _Chunk) -> list[dict[str, Any]]:
+    """Render and write one chunk; return each image's annotations (JSON-ready)."""
+    cfg = chunk.config
+    results = []
+    for i in range(chunk.start, chunk.stop):
+        image_id = chunk.first_id + i - chunk.start
+        rng = scene_rng(cfg.seed, chunk.split, i)
+        product = sample_product(cfg, rng)
+        description = describe(product, rng, cfg.captions)
+        file_name = f"{image_id:012d}.png"
+        _save_png(render_product(product), Path(chunk.out_dir) / chunk.split / file_name)
+        results.append(
+            {
+                "image": {
+                    "id": image_id,
+                    "file_name": file_name,
+                    "width": cfg.image_size,
+                    "height": cfg.image_size,
+                    "entities": product.entities,
+                },
+                "objects": [
+                    (
+                        product.subcategory,
+                        list(product.box),
+                        {"colour": product.colour, "style": product.style_word},
+                    ),
+                    ("logo", list(product.logo), {"brand": product.brand.entity}),
+                ],
+                "caption": description,
+            }
+        )
+    return results
+
+
+def _resolve(config: ShopConfig | str | Path | None, seed: int | None) -> ShopConfig:
+    if config is None or isinstance(config, str | Path):
+        cfg = load_shop_config(config)
+    else:  # re-validate a programmatic config
+        cfg = ShopConfig.from_dict(config.to_dict(), source="ShopConfig")
+    return cfg if seed is None else replace(cfg, seed=seed)
+
+
+def generate_shop(
+    out_dir: str | Path,
+    config: ShopConfig | str | Path | None = None,
+    *,
+    seed: int | None = None,
+    progress: bool = False,
+) -> Path:
+    """Generate a shop world into ``out_dir`` (created; must be empty if it exists).
+
+    Args:
+        out_dir: output folder.
+        config: a :class:`ShopConfig`, a shop YAML path, or None for the packaged defaults.
+        seed: overrides the config's seed.
+        progress: show a tqdm bar (images).
+
+    Returns:
+        ``out_dir`` as a Path.
+
+    Raises:
+        ValueError: invalid config, or ``out_dir`` is not empty.
+        FileNotFoundError: the config file does not exist.
+    """
+    from xmr import __version__
+
+    cfg = _resolve(config, seed)
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: output folder exists and is not empty")
+    (out / "annotations").mkdir(parents=True, exist_ok=True)
+    chunks = []
+    first_id = 1
+    for split, count in cfg.splits.items():
+        (out / split).mkdir()
+        for start in range(0, count, CHUNK):
+            stop = min(count, start + CHUNK)
+            chunks.append(_Chunk(cfg, str(out), split, start, stop, first_id + start))
+        first_id += count
+    results = run_chunks(_run_chunk, chunks, list(cfg.splits), progress=progress)
+
+    categories = [
+        {
+            "id": CATEGORY_IDS[name],
+            "name": name,
+            "supercategory": spec.category if (spec := SUBCATEGORIES.get(name)) else "brand",
+        }
+        for name in CATEGORY_IDS
+    ]
+    info = {"description": "ToyWorld shop (xmr)", "version": __version__, "seed": cfg.seed}
+    ann_id = 1
+    counts: dict[str, dict[str, Any]] = {}
+    for split, items in results.items():
+        images, annotations, captions = [], [], []
+        for item in items:
+            image = item["image"]
+            images.append(image)
+            for category, (x, y, w, h), attributes in item["objects"]:
+                annotations.append(
+                    {
+                        "id": ann_id,
+                        "image_id": image["id"],
+                        "category_id": CATEGORY_IDS[category],
+                        "bbox": [x, y, w, h],
+                        "area": w * h,
+                        "iscrowd": 0,
+                        "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+                        "attributes": attributes,
+                    }
+                )
+                ann_id += 1
+            # One caption per image: its id is the image id.
+            text = item["caption"]
+            captions.append({"id": image["id"], "image_id": image["id"], "caption": text})
+        for name, data in (
+            ("instances", {"images": images, "annotations": annotations, "categories": categories}),
+            ("captions", {"images": images, "annotations": captions}),
+        ):
+            _write_json(
+                out / "annotations" / f"{name}_{split}.json", {"info": info, "licenses": [], **data}
+            )
+        entities = [image["entities"] for image in images]
+        counts[split] = {
+            "images": len(images),
+            "captions": len(captions),
+            **{
+                f"per_{group}": dict(sorted(Counter(e[group] for e in entities).items()))
+                for group in ("brand", "subcategory")
+            },
+        }
+    world = {
+        "xmr_version": __version__,
+        "mode": "shop",
+        "seed": cfg.seed,
+        "config": cfg.to_dict(),
+        "counts": counts,
+    }
+    _write_json(out / "world.json", world, indent=2)
+    return out
