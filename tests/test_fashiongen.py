@@ -51,6 +51,8 @@ def test_records_captions_and_entities(written) -> None:
             "gender": fields["input_gender"].lower(),
         }
         assert ImageRecord.from_dict(record.to_dict()) == record
+    older = {k: v for k, v in records[0].to_dict().items() if k != "entities"}
+    assert ImageRecord.from_dict(older).entities == {}  # dicts from before entities existed
 
 
 def test_images_load_from_row_paths(root: Path) -> None:
