@@ -49,7 +49,7 @@ def pixels(tiny: RetrievalModel) -> torch.Tensor:
 
 
 def test_families_and_archs() -> None:
-    assert list_models() == ["clip"]
+    assert list_models() == ["blip", "clip", "vsepp"]
     archs = list_archs("clip")
     assert {"xmr-tiny", "RN50", "ViT-B-32"} <= set(archs)
     assert archs == sorted(archs)
@@ -172,10 +172,10 @@ def test_corrupt_and_missing_checkpoints(tmp_path: Path, tiny: RetrievalModel) -
 
 
 def test_unknown_family_arch_and_tag() -> None:
-    with pytest.raises(ValueError, match=r"unknown model family 'vsepp'.*\['clip'\]"):
-        create_model("vsepp", arch="x")
+    with pytest.raises(ValueError, match=r"unknown model family 'sigclip'.*\['blip', 'clip'"):
+        create_model("sigclip", arch="x")
     with pytest.raises(ValueError, match=r"unknown model family"):
-        list_archs("vsepp")
+        list_archs("sigclip")
     with pytest.raises(ValueError, match=r"unknown clip arch 'xmr-tin'.*did you mean xmr-tiny"):
         create_model("clip", arch="xmr-tin")
     with pytest.raises(ValueError, match="arch is required"):

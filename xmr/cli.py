@@ -64,15 +64,20 @@ def eval_command(
         Path | None, typer.Option(help="Dataset folder; default: the embedded ToyWorld.")
     ] = None,
     split: Annotated[str, typer.Option(help="Split to evaluate.")] = "test",
-    model: Annotated[str, typer.Option(help="Model family (see `xmr models`).")] = "clip",
-    arch: Annotated[str, typer.Option(help="Architecture, e.g. ViT-B-32 or xmr-tiny.")] = (
-        "xmr-tiny"
-    ),
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model family (see `xmr models`); default: the checkpoint's, or clip."),
+    ] = None,
+    arch: Annotated[
+        str | None,
+        typer.Option(help="Architecture, e.g. ViT-B-32; default: the checkpoint's, or xmr-tiny."),
+    ] = None,
     pretrained: Annotated[
         str, typer.Option(help="Pretrained tag (e.g. openai), or 'none' for random init.")
     ] = "none",
     checkpoint: Annotated[
-        Path | None, typer.Option(help="Local checkpoint (state dict) to load.")
+        Path | None,
+        typer.Option(help="Local checkpoint to load (e.g. xmr_runs/<run>/last.pt)."),
     ] = None,
     metrics: Annotated[str, typer.Option(help="Comma-separated: recall,odmap,bias.")] = (
         "recall,odmap,bias"
@@ -100,8 +105,17 @@ def eval_command(
     from xmr.models import ModelSpec
 
     try:
+        if checkpoint is not None and (model is None or arch is None):
+            saved = ModelSpec.from_checkpoint(checkpoint)
+            model, arch = model or saved.family, arch or saved.arch
+        spec = ModelSpec(
+            model or "clip",
+            arch or "xmr-tiny",
+            None if pretrained == "none" else pretrained,
+            checkpoint,
+        )
         config = EvalConfig(
-            model=ModelSpec(model, arch, None if pretrained == "none" else pretrained, checkpoint),
+            model=spec,
             dataset=dataset,
             data=data,
             split=split,
@@ -238,6 +252,105 @@ def synth_command(
 
 
 app.command("synth")(synth_command)
+
+
+@app.command("train")
+def train_command(
+    model: Annotated[str, typer.Option(help="clip | vsepp | blip | eiclip")] = "clip",
+    arch: Annotated[
+        str | None, typer.Option(help="Architecture (default: the family's, see `xmr models`).")
+    ] = None,
+    pretrained: Annotated[
+        str | None,
+        typer.Option(
+            help="Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
+        ),
+    ] = None,
+    dataset: Annotated[str, typer.Option(help="toyworld | coco | flickr30k | fashiongen")] = (
+        "toyworld"
+    ),
+    data: Annotated[
+        Path | None, typer.Option(help="Dataset folder; default: the embedded ToyWorld.")
+    ] = None,
+    split: Annotated[str, typer.Option(help="Training split.")] = "train",
+    synth: Annotated[
+        Path | None, typer.Option(help="A D′ folder from `xmr synth` to train on D ∪ D′.")
+    ] = None,
+    synth_ratio: Annotated[
+        float | None, typer.Option(help="D′ pairs per pair of D (default: all of D′).")
+    ] = None,
+    fair_alpha: Annotated[
+        float, typer.Option(help="FairSample weight α in [0, 1] (0: plain training).")
+    ] = 0.0,
+    epochs: Annotated[int | None, typer.Option(help="Epochs (default: the family's).")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Global batch size (default: the family's).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate (default: the family's).")] = None,
+    workers: Annotated[int, typer.Option(help="Data-parallel training workers.")] = 1,
+    gpus_per_worker: Annotated[float, typer.Option(help="GPUs per worker (0: CPU).")] = 0.0,
+    cpus_per_worker: Annotated[int, typer.Option(help="CPU cores per worker.")] = 1,
+    init: Annotated[
+        Path | None, typer.Option(help="Start from this checkpoint (e.g. a D-only run's).")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Run name (default: family-arch-dataset-<config hash>).")
+    ] = None,
+    storage: Annotated[Path, typer.Option(help="Folder of runs and checkpoints.")] = Path(
+        "xmr_runs"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of init, shuffling and sampling.")] = 0,
+    eval_every: Annotated[
+        int, typer.Option(help="Evaluate on the val split every N epochs (0: only at the end).")
+    ] = 0,
+    max_failures: Annotated[
+        int, typer.Option(help="Worker-group restarts from the last checkpoint.")
+    ] = 2,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS or local Ray).")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    ] = None,
+) -> None:
+    """Finetune a model on Ray Train (D, or D ∪ D′), evaluate it, and log it to MLflow.
+
+    Rerunning the same --name resumes from its latest checkpoint.
+    """
+    from xmr.data import DataError
+    from xmr.train.config import resolve_config
+    from xmr.train.report import print_summary
+    from xmr.train.run import train
+
+    try:
+        config = resolve_config(
+            model,
+            arch=arch,
+            pretrained=pretrained,
+            init=init,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            dataset=dataset,
+            data=data,
+            split=split,
+            synth=synth,
+            synth_ratio=synth_ratio,
+            fair_alpha=fair_alpha,
+            seed=seed,
+            eval_every=eval_every,
+            workers=workers,
+            gpus_per_worker=gpus_per_worker,
+            cpus_per_worker=cpus_per_worker,
+            max_failures=max_failures,
+            name=name or "",
+            storage=storage,
+        )
+        result = train(config, address=address, tracking_uri=tracking_uri)
+    except (DataError, ValueError, FileNotFoundError, LookupError) as exc:
+        raise _fail(str(exc)) from exc
+    print_summary(result, config)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Encoding stages: images and texts to L2-normalised embeddings, batch by batch.
 
 Plain :class:`~xmr.pipeline.Stage` classes; ``xmr.pipeline.ray_executor`` runs them as Ray Data
-actor pools (one model per actor, CPU or GPU). A row that cannot be encoded (missing or corrupt
-image) gets a zero embedding and its reason in the ``error`` column.
+actor pools (one model per actor, CPU or GPU), ``xmr.pipeline.run_local`` in this process with a
+model already in memory (evaluation inside a training worker). A row that cannot be encoded
+(missing or corrupt image) gets a zero embedding and its reason in the ``error`` column.
 """
 
 from __future__ import annotations
@@ -21,15 +22,24 @@ from xmr.pipeline.stage import Batch, Resources, Stage
 
 class _EncodeStage(Stage):
     def __init__(
-        self, spec: ModelSpec, device: str, resources: Resources, batch_size: int, seed: int
+        self,
+        spec: ModelSpec,
+        device: str,
+        resources: Resources,
+        batch_size: int,
+        seed: int,
+        model: RetrievalModel | None = None,
     ) -> None:
+        """``model``: encode with this one (already on its device) instead of building ``spec``."""
         super().__init__(resources, batch_size)
         self.spec = spec
         self.device = device
         self.seed = seed
-        self.model: RetrievalModel | None = None
+        self.model = model
 
     def setup(self) -> None:
+        if self.model is not None:
+            return
         if self.device == "cpu":
             torch.set_num_threads(max(1, int(self.resources.cpus)))
         self.model = create_model(self.spec, device=self.device, seed=self.seed)

@@ -23,8 +23,8 @@ from xmr.eval.protocol import (
 )
 from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_at_k
 from xmr.metrics.ranking import check_ks
-from xmr.models import ModelSpec, check_spec
-from xmr.pipeline import Resources
+from xmr.models import ModelSpec, RetrievalModel, check_spec
+from xmr.pipeline import Resources, run_local
 from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
 from xmr.pipeline.stage import Batch
 from xmr.retrieval import topk_similarity
@@ -118,21 +118,28 @@ def _resolve_device(device: str) -> str:
 
 
 class _Encoder:
-    """Runs the encoding stages on Ray with one model spec and resource plan."""
+    """Runs the encoding stages: on Ray (one model per actor), or here with a model in memory."""
 
-    def __init__(self, config: EvalConfig) -> None:
+    def __init__(self, config: EvalConfig, model: RetrievalModel | None = None) -> None:
         self.config = config
-        self.device = _resolve_device(config.device)
-        if self.device == "cuda":
+        self.model = model
+        if model is not None:
+            self.device = str(model.device)
+            self.actors, self.resources = 0, Resources(cpus=1)
+        elif (device := _resolve_device(config.device)) == "cuda":
+            self.device = device
             self.actors = config.actors or max(1, cluster_gpus())
             self.resources = Resources(cpus=1, gpus=1)
         else:
+            self.device = device
             self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
             self.resources = Resources(cpus=1)
 
     def _run(self, stage: type[EncodeImages | EncodeTexts], rows: list[dict]) -> Batch:
         c = self.config
-        encoder = stage(c.model, self.device, self.resources, c.batch_size, c.seed)
+        encoder = stage(c.model, self.device, self.resources, c.batch_size, c.seed, self.model)
+        if self.model is not None:
+            return run_local(rows, encoder)
         return run_stage(rows, encoder, actors=self.actors)
 
     def images(self, queries: list[ImageQuery]) -> tuple[np.ndarray, list[str]]:
@@ -181,9 +188,17 @@ def _odmap_set(
     )
 
 
-def evaluate(config: EvalConfig, *, address: str | None = None) -> EvalResult:
-    """Run one evaluation. Bad images are skipped and reported in ``EvalResult.skipped``."""
-    check_spec(config.model)
+def evaluate(
+    config: EvalConfig, *, address: str | None = None, model: RetrievalModel | None = None
+) -> EvalResult:
+    """Run one evaluation. Bad images are skipped and reported in ``EvalResult.skipped``.
+
+    By default the model of ``config.model`` is built in Ray actors (``address``: the cluster).
+    With ``model`` (a training worker's model, on its device) everything is encoded in this
+    process and Ray is not used; ``config.model`` then only names it in the params.
+    """
+    if model is None:
+        check_spec(config.model)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     root = config.data or default_toyworld(config.seed)
@@ -196,8 +211,9 @@ def evaluate(config: EvalConfig, *, address: str | None = None) -> EvalResult:
     bias_texts, genders = neutral_queries(records) if "bias" in config.metrics else ([], [])
     timings["prepare_s"] = time.perf_counter() - start
 
-    init_ray(address)
-    encoder = _Encoder(config)
+    if model is None:
+        init_ray(address)
+    encoder = _Encoder(config, model)
     t0 = time.perf_counter()
     image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
     image_emb, image_errors = encoder.images(image_queries)

@@ -69,6 +69,21 @@ class ModelSpec:
             "model.checkpoint": str(self.checkpoint) if self.checkpoint else "none",
         }
 
+    @classmethod
+    def from_checkpoint(cls, path: str | Path) -> ModelSpec:
+        """The spec a checkpoint written by :func:`save_checkpoint` was saved with, pointing at it.
+
+        Raises:
+            CheckpointError: the file has no ``spec`` (a bare state dict).
+        """
+        saved = read_checkpoint(path)
+        spec = saved.get("spec") if isinstance(saved, Mapping) else None
+        if not isinstance(spec, Mapping):
+            raise CheckpointError(
+                f"{path} does not say which model it holds (no 'spec'): pass --model and --arch"
+            )
+        return cls(spec["family"], spec["arch"], spec.get("pretrained"), Path(path))
+
     def to_dict(self) -> dict[str, str | None]:
         """Plain fields (the checkpoint path as a str), loadable with ``weights_only=True``."""
         return {
@@ -130,13 +145,19 @@ class RetrievalModel(ABC):
     def tokenize(self, texts: Sequence[str]) -> TextInputs:
         """``B`` strings to the family's token tensors on CPU (``[B, L]`` ids or a dict of them)."""
 
-    def objective(self, loss: LossConfig) -> nn.Module:
+    def objective(self, loss: LossConfig, *, seed: int = 0) -> nn.Module:
         """The training objective over :attr:`module`.
 
         An ``nn.Module`` that holds :attr:`module` (so DDP wraps both) and whose
         ``forward(batch: TrainBatch)`` returns ``{"loss": scalar, **detached parts}``.
+        ``seed`` seeds any sampling inside the loss (BLIP's hard negatives); the trainer
+        passes a different one per data-parallel rank.
         """
         raise NotImplementedError(f"the {self.spec.family} family has no training objective")
+
+    def entity_ids(self, entities: Mapping[str, Sequence[str]]) -> dict[str, torch.Tensor]:
+        """EI-CLIP: entity group -> ``B`` entity strings to ``[B]`` int64 ids; others: ``{}``."""
+        return {}
 
     def checkpoint_extra(self) -> dict[str, Any]:
         """Data-dependent parts to save beside the weights (vocabularies); plain types only."""

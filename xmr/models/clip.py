@@ -61,7 +61,8 @@ class ClipModel(RetrievalModel):
         """``B`` strings -> ``[B, D]``; texts longer than the context length are truncated."""
         return self.module.encode_text(self.tokenize(texts).to(self.device))
 
-    def objective(self, loss: LossConfig) -> ClipObjective:
+    def objective(self, loss: LossConfig, *, seed: int = 0) -> ClipObjective:
+        """Symmetric InfoNCE (deterministic: ``seed`` is unused)."""
         return ClipObjective(self.module, loss)
 
 

@@ -35,7 +35,9 @@ class ModelFamily(Protocol):
 
 
 MODEL_FAMILIES: dict[str, str] = {
+    "blip": "xmr.models.blip",
     "clip": "xmr.models.clip",
+    "vsepp": "xmr.models.vsepp",
 }
 
 

@@ -60,3 +60,22 @@ class Stage(ABC):
             self.setup()
             self._is_set_up = True
         return self.process(batch)
+
+
+def run_local(rows: Sequence[Mapping[str, object]], stage: Stage) -> Batch:
+    """Run ``stage`` over ``rows`` in this process, batch by batch; columns in input order.
+
+    The in-process twin of :func:`xmr.pipeline.ray_executor.run_stage` (same output), for work
+    that already sits inside a worker.
+    """
+    if not rows:
+        return {}
+    stage.setup()
+    parts = []
+    for start in range(0, len(rows), stage.batch_size):
+        chunk = rows[start : start + stage.batch_size]
+        numbered = [{"row": start + j, **row} for j, row in enumerate(chunk)]
+        parts.append(stage.process(rows_to_batch(numbered)))
+    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    columns.pop("row")
+    return columns

@@ -1,0 +1,143 @@
+"""Training losses and FairSample on batches with known genders (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from xmr.models import create_model
+from xmr.train.batch import GENDER_IDS, TrainBatch
+from xmr.train.config import OptimConfig
+from xmr.train.losses import (
+    LossConfig,
+    contrastive_losses,
+    fair_contrastive_t2i,
+    fair_triplet_t2i,
+    mix_fair,
+    triplet_losses,
+)
+from xmr.train.optim import lr_factor
+
+M, F_, N = GENDER_IDS["male"], GENDER_IDS["female"], GENDER_IDS["neutral"]
+
+
+def _embeddings(b: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (
+        F.normalize(torch.randn(b, 16, generator=g), dim=-1),
+        F.normalize(torch.randn(b, 16, generator=g), dim=-1),
+    )
+
+
+def test_contrastive_matches_cross_entropy_and_masks_other_captions() -> None:
+    image, text = _embeddings(4)
+    ids = torch.arange(4)
+    i2t, t2i = contrastive_losses(image, text, 10.0, ids)
+    logits = 10.0 * image @ text.T
+    assert torch.allclose(i2t, F.cross_entropy(logits, ids, reduction="none"))
+    assert torch.allclose(t2i, F.cross_entropy(logits.T, ids, reduction="none"))
+    # rows 2 and 3 show the same image: neither is the other's negative
+    same = torch.tensor([0, 1, 2, 2])
+    i2t, _ = contrastive_losses(image, text, 10.0, same)
+    expected = -logits[2, 2] + torch.logsumexp(logits[2, :3], dim=0)
+    assert torch.isclose(i2t[2], expected)
+
+
+def test_triplet_takes_the_hardest_negative() -> None:
+    image, text = _embeddings(5)
+    ids = torch.arange(5)
+    i2t, t2i = triplet_losses(image, text, ids, margin=0.2)
+    s = image @ text.T
+    for i in range(5):
+        others = [j for j in range(5) if j != i]
+        assert torch.isclose(i2t[i], (0.2 - s[i, i] + s[i, others]).clamp(min=0).max())
+        assert torch.isclose(t2i[i], (0.2 - s[i, i] + s[others, i]).clamp(min=0).max())
+    summed, _ = triplet_losses(image, text, ids, margin=0.2, max_violation=False)
+    assert torch.all(summed >= i2t)
+
+
+def test_fair_triplet_is_half_male_half_female_for_neutral_captions() -> None:
+    image, text = _embeddings(6)
+    ids = torch.arange(6)
+    gender = torch.tensor([M, M, M, F_, N, F_])
+    neutral = torch.tensor([True, False, True, True, True, True])
+    fair = fair_triplet_t2i(image, text, ids, gender, neutral, margin=0.2)
+    s = image @ text.T
+    hinge = (0.2 - s.diagonal()[None, :] + s).clamp(min=0)  # [negative image, text]
+    # text 0 (its image is male): males {1, 2} share ½, females {3, 5} share ½; neutral 4 unused
+    expected = 0.5 * hinge[[1, 2], 0].mean() + 0.5 * hinge[[3, 5], 0].mean()
+    assert torch.isclose(fair[0], expected)
+    # a gendered caption keeps the plain hardest negative
+    _, plain = triplet_losses(image, text, ids, margin=0.2)
+    assert torch.isclose(fair[1], plain[1])
+
+
+def test_fair_contrastive_balances_the_negative_mass() -> None:
+    image, text = _embeddings(5)
+    ids = torch.arange(5)
+    gender = torch.tensor([N, M, M, M, F_])
+    neutral = torch.ones(5, dtype=torch.bool)
+    fair = fair_contrastive_t2i(image, text, 10.0, ids, gender, neutral)
+    logits = 10.0 * image @ text.T
+    # text 0: three male negatives share ½ of the mass, the single female one ½; n = 4
+    weights = torch.tensor([1 / 6, 1 / 6, 1 / 6, 1 / 2]) * 4
+    denominator = torch.exp(logits[0, 0]) + (weights * torch.exp(logits[1:, 0])).sum()
+    assert torch.isclose(fair[0], torch.log(denominator) - logits[0, 0])
+    # with balanced genders and uniform weights it is the plain loss over gendered negatives
+    balanced = torch.tensor([N, M, F_, M, F_])
+    fair = fair_contrastive_t2i(image, text, 10.0, ids, balanced, neutral)
+    plain_gendered = torch.logsumexp(logits[:, 0], dim=0) - logits[0, 0]
+    assert torch.isclose(fair[0], plain_gendered)
+
+
+def test_batch_without_gendered_negatives_falls_back_to_plain() -> None:
+    image, text = _embeddings(3)
+    ids = torch.arange(3)
+    gender = torch.full((3,), N)
+    neutral = torch.ones(3, dtype=torch.bool)
+    _, plain = contrastive_losses(image, text, 10.0, ids)
+    assert torch.equal(fair_contrastive_t2i(image, text, 10.0, ids, gender, neutral), plain)
+
+
+def test_mix_fair() -> None:
+    plain, fair = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 5.0])
+    assert mix_fair(plain, fair, 0.0) is plain
+    assert torch.equal(mix_fair(plain, fair, 1.0), fair)
+    assert torch.allclose(mix_fair(plain, fair, 0.4), 0.4 * fair + 0.6 * plain)
+    with pytest.raises(ValueError, match="fair_alpha"):
+        LossConfig(fair_alpha=1.5)
+
+
+def _clip_batch(model, genders: list[int], neutral: list[bool]) -> TrainBatch:
+    g = torch.Generator().manual_seed(1)
+    b = len(genders)
+    return TrainBatch(
+        pixels=torch.rand(b, 3, model.image_size, model.image_size, generator=g),
+        text=model.tokenize([f"a photo of thing {i}" for i in range(b)]),
+        image_ids=torch.arange(b),
+        image_gender=torch.tensor(genders),
+        caption_neutral=torch.tensor(neutral),
+    )
+
+
+def test_clip_objective_fair_alpha_zero_is_plain_training() -> None:
+    model = create_model("clip", arch="xmr-tiny", seed=0)
+    batch = _clip_batch(model, [M, F_, M, N, F_, M], [True, True, False, True, True, True])
+    plain = model.objective(LossConfig())(batch)
+    zero = model.objective(LossConfig(fair_alpha=0.0))(batch)
+    assert torch.equal(plain["loss"], zero["loss"])
+    one = model.objective(LossConfig(fair_alpha=1.0))(batch)
+    assert torch.equal(one["loss_i2t"], plain["loss_i2t"])  # image->text is never changed
+    assert not torch.isclose(one["loss_t2i"], plain["loss_t2i"])
+    one["loss"].backward()
+    assert model.module.logit_scale.grad is not None
+
+
+def test_step_schedule_halves_every_two_epochs_after_warmup() -> None:
+    optim = OptimConfig(lr=1.0, step_epochs=2, gamma=0.5)
+    assert [lr_factor(s, optim, 10, 100) for s in (0, 19, 20, 40)] == [1.0, 1.0, 0.5, 0.25]
+    cosine = OptimConfig(lr=1.0, schedule="cosine", warmup_steps=10)
+    assert lr_factor(0, cosine, 10, 110) == pytest.approx(0.1)
+    assert lr_factor(10, cosine, 10, 110) == pytest.approx(1.0)
+    assert lr_factor(110, cosine, 10, 110) == pytest.approx(0.0)

@@ -1,0 +1,243 @@
+"""What defines one training run: :class:`TrainConfig`, with per-family defaults from the papers.
+
+Defaults (odmap paper §4.1 for VSE++, CLIP and BLIP; EI-CLIP paper §4 for EI-CLIP) apply to any
+field the user leaves unset. On ToyWorld without pretrained weights the small ``TOYWORLD``
+presets apply instead: tiny architectures trained from scratch on CPU in minutes, where the
+papers' finetuning learning rates would barely move random weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from xmr.models import ModelSpec
+from xmr.train.losses import LossConfig
+
+OPTIMIZERS = ("adam", "adamw")
+SCHEDULES = ("step", "cosine", "constant")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimiser and learning-rate schedule (logged as ``optim.*``).
+
+    ``step``: multiply the rate by ``gamma`` every ``step_epochs`` epochs (fractions allowed:
+    BLIP halves it every half epoch); ``cosine``: anneal to 0 over the run. Both after
+    ``warmup_steps`` of linear warm-up.
+    """
+
+    name: str = "adam"
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    schedule: str = "step"
+    step_epochs: float = 2.0
+    gamma: float = 0.5
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.name!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        if self.lr <= 0:
+            raise ValueError(f"--lr must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True)
+class FamilyDefaults:
+    """A family's default architecture, epochs, global batch size, optimiser and loss.
+
+    ``max_violation``: VSE++'s hardest negative; from random weights it collapses (every score
+    equal), so the ToyWorld preset sums over negatives instead (VSE0).
+    """
+
+    arch: str
+    pretrained: str | None
+    epochs: int
+    batch_size: int
+    optim: OptimConfig
+    max_violation: bool = True
+
+
+PAPER_DEFAULTS: dict[str, FamilyDefaults] = {
+    "vsepp": FamilyDefaults("vgg19", "IMAGENET1K_V1", 10, 256, OptimConfig("adam", 1e-4)),
+    "clip": FamilyDefaults("ViT-B-32", "openai", 10, 256, OptimConfig("adam", 2e-6)),
+    "blip": FamilyDefaults(
+        "blip-itm-base-coco", "hub", 2, 16, OptimConfig("adamw", 1e-5, step_epochs=0.5)
+    ),
+    "eiclip": FamilyDefaults(
+        "ViT-B-32",
+        "openai",
+        20,
+        128,
+        OptimConfig("adam", 5e-5, weight_decay=1e-4, schedule="cosine", warmup_steps=1000),
+    ),
+}
+"""The papers' finetuning recipes (odmap §4.1; EI-CLIP §4 implementation details)."""
+
+TOYWORLD: dict[str, FamilyDefaults] = {
+    "vsepp": FamilyDefaults(
+        "xmr-tiny-vgg", None, 8, 128, OptimConfig("adam", 2e-4), max_violation=False
+    ),
+    "clip": FamilyDefaults("xmr-tiny", None, 8, 128, OptimConfig("adam", 5e-4)),
+    "blip": FamilyDefaults("xmr-tiny-blip", None, 4, 64, OptimConfig("adamw", 2e-4)),
+    "eiclip": FamilyDefaults(
+        "xmr-tiny",
+        None,
+        8,
+        128,
+        OptimConfig("adam", 5e-4, weight_decay=1e-4, schedule="cosine", warmup_steps=50),
+    ),
+}
+"""From-scratch presets for ToyWorld on a laptop CPU (tiny architectures, higher rates)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (the run name defaults to its hash).
+
+    ``batch_size`` is global: each of the ``workers`` data-parallel workers takes
+    ``batch_size // workers`` pairs per step. ``model.checkpoint`` (``--init``) is the
+    checkpoint training starts from.
+    """
+
+    model: ModelSpec
+    epochs: int
+    batch_size: int
+    optim: OptimConfig
+    dataset: str = "toyworld"
+    data: Path | None = None  # None: the embedded default ToyWorld
+    split: str = "train"
+    synth: Path | None = None  # a finished D′ build (`xmr synth --out`)
+    synth_ratio: float | None = None  # |D′ sample| / |D|; None: all of D′
+    loss: LossConfig = field(default_factory=LossConfig)
+    seed: int = 0
+    eval_every: int = 0  # evaluate on eval_split every N epochs (0: only at the end)
+    eval_split: str = "val"
+    test_split: str = "test"
+    ks: tuple[int, ...] = (1, 5, 10)
+    workers: int = 1
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: int = 1
+    max_failures: int = 2
+    name: str = ""  # "" -> family-arch-dataset-<config hash>
+    storage: Path = Path("xmr_runs")
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.batch_size < 2 * self.workers:
+            raise ValueError(
+                f"--batch-size {self.batch_size} leaves fewer than 2 pairs per worker "
+                f"({self.workers} workers): contrastive losses need negatives"
+            )
+        if self.synth_ratio is not None and self.synth is None:
+            raise ValueError("--synth-ratio needs --synth (a D′ folder from `xmr synth`)")
+        if not self.name:
+            object.__setattr__(self, "name", self.default_name())
+        object.__setattr__(self, "storage", Path(self.storage).resolve())
+
+    @property
+    def per_worker_batch(self) -> int:
+        return self.batch_size // self.workers
+
+    def fingerprint(self) -> str:
+        """Hash of what decides the trained weights (not where or how fast it runs)."""
+        keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
+
+    def default_name(self) -> str:
+        arch = self.model.arch.replace("/", "_")
+        return f"{self.model.family}-{arch}-{self.dataset}-{self.fingerprint()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (paths as strings), the inverse of :meth:`from_dict`."""
+        data = asdict(self)
+        data["model"] = self.model.to_dict()
+        for key in ("data", "synth", "storage"):
+            data[key] = None if data[key] is None else str(data[key])
+        data["ks"] = list(self.ks)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        data = dict(data)
+        data["model"] = ModelSpec(**data["model"])
+        data["optim"] = OptimConfig(**data["optim"])
+        data["loss"] = LossConfig(**data["loss"])
+        for key in ("data", "synth", "storage"):
+            data[key] = None if data[key] is None else Path(data[key])
+        data["ks"] = tuple(data["ks"])
+        return cls(**data)
+
+    def params(self) -> dict[str, str]:
+        """Namespaced MLflow params (``model.*``, ``loss.*``, ``optim.*``, ``data.*``, ...)."""
+        return {
+            **self.model.params(),
+            **self.loss.params(),
+            **{f"optim.{k}": str(v) for k, v in asdict(self.optim).items()},
+            "data.dataset": self.dataset,
+            "data.root": str(self.data or "default toyworld"),
+            "data.split": self.split,
+            "data.synth": str(self.synth or "none"),
+            "data.synth_ratio": "all" if self.synth_ratio is None else str(self.synth_ratio),
+            "train.epochs": str(self.epochs),
+            "train.batch_size": str(self.batch_size),
+            "train.workers": str(self.workers),
+            "train.gpus_per_worker": str(self.gpus_per_worker),
+            "train.seed": str(self.seed),
+            "train.eval_every": str(self.eval_every),
+            "train.name": self.name,
+        }
+
+
+_RUNTIME_FIELDS = {"workers", "gpus_per_worker", "cpus_per_worker", "max_failures", "name",
+                   "storage", "eval_every"}  # fmt: skip
+
+
+def resolve_config(
+    family: str,
+    *,
+    arch: str | None = None,
+    pretrained: str | None = None,
+    init: Path | None = None,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    fair_alpha: float = 0.0,
+    max_violation: bool | None = None,
+    dataset: str = "toyworld",
+    **fields: Any,
+) -> TrainConfig:
+    """A :class:`TrainConfig` with the family's defaults for every unset field.
+
+    On ToyWorld with no ``pretrained`` tag given, the :data:`TOYWORLD` presets apply;
+    otherwise :data:`PAPER_DEFAULTS`. ``pretrained="none"`` forces random init.
+    """
+    table = PAPER_DEFAULTS if dataset != "toyworld" or pretrained is not None else TOYWORLD
+    if family not in table:
+        raise ValueError(f"unknown model family {family!r}; choose from {sorted(table)}")
+    defaults = table[family]
+    spec = ModelSpec(
+        family,
+        arch or defaults.arch,
+        defaults.pretrained if pretrained is None else pretrained,
+        init,
+    )
+    optim = defaults.optim if lr is None else replace(defaults.optim, lr=lr)
+    violation = defaults.max_violation if max_violation is None else max_violation
+    return TrainConfig(
+        model=spec,
+        loss=LossConfig(fair_alpha=fair_alpha, max_violation=violation),
+        epochs=epochs or defaults.epochs,
+        batch_size=batch_size or defaults.batch_size,
+        optim=optim,
+        dataset=dataset,
+        **fields,
+    )

@@ -1,0 +1,177 @@
+"""The per-worker training loop that Ray Train runs on every data-parallel worker.
+
+Each epoch: iterate this worker's shard of the training table (seeded local shuffle), step the
+family's objective (DDP across workers), evaluate on rank 0 when due, and report metrics with a
+checkpoint (rank 0 writes it). A restarted worker group, or a rerun with the same run name,
+resumes from the latest checkpoint: weights, optimiser, scheduler, epoch and best score.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+import time
+from collections import defaultdict
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray.train
+import ray.train.torch
+import torch
+
+from xmr.eval.evaluate import EvalConfig, evaluate
+from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
+from xmr.train.config import TrainConfig
+from xmr.train.data import collate
+from xmr.train.optim import make_optimizer, make_scheduler
+
+MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
+STATE_FILE = "train_state.pt"  # optimiser, scheduler, epoch, best score, RNG states
+SHUFFLE_BUFFER = 2048  # rows in each worker's local shuffle buffer
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def selection_score(metrics: dict[str, float], split: str) -> float | None:
+    """Model selection: the sum of the split's recalls (RSUM), ``None`` if none was measured."""
+    recalls = [v for k, v in metrics.items() if k.startswith(f"{split}/recall_")]
+    return sum(recalls) if recalls else None
+
+
+def run_eval(
+    model: RetrievalModel, config: TrainConfig, data_root: Path, split: str, metrics: tuple
+) -> dict[str, float]:
+    """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics."""
+    eval_config = EvalConfig(
+        model=config.model,
+        dataset=config.dataset,
+        data=data_root,
+        split=split,
+        metrics=metrics,
+        ks=config.ks,
+        seed=config.seed,
+    )
+    return evaluate(eval_config, model=model).metrics
+
+
+def _save(
+    directory: Path, model: RetrievalModel, objective: torch.nn.Module, state: dict[str, Any]
+) -> None:
+    save_checkpoint(directory / MODEL_FILE, model, {"epoch": state["epoch"]})
+    extra = {k: v for k, v in objective.state_dict().items() if not k.startswith("model.")}
+    torch.save({**state, "objective_extra": extra}, directory / STATE_FILE)
+
+
+def train_loop(loop_config: dict[str, Any]) -> None:
+    """Ray Train's ``train_loop_per_worker``.
+
+    ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`), ``data_root`` (resolved dataset
+    folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies).
+    """
+    config = TrainConfig.from_dict(loop_config["config"])
+    data_root = Path(loop_config["data_root"])
+    steps_per_epoch = int(loop_config["steps_per_epoch"])
+    context = ray.train.get_context()
+    rank = context.get_world_rank()
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, config.cpus_per_worker))
+
+    corpus = Corpus(**loop_config["corpus"])
+    model = create_model(config.model, seed=config.seed, corpus=corpus)  # same on every rank
+    objective = model.objective(config.loss, seed=config.seed * 1_009 + rank)
+    optimizer = make_optimizer(objective.parameters(), config.optim)
+    scheduler = make_scheduler(optimizer, config.optim, steps_per_epoch, config.epochs)
+    start_epoch, best = 0, -math.inf
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            model.load_checkpoint(Path(directory) / MODEL_FILE)
+            state = torch.load(Path(directory) / STATE_FILE, weights_only=True)
+        objective.load_state_dict({**objective.state_dict(), **state["objective_extra"]})
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch, best = int(state["epoch"]), float(state["best"])
+    # To the device; DDP when there are several ranks. A loss may leave parts of the model
+    # without gradient in a step (BLIP with itm_weight 0, EI-CLIP's absent entity groups).
+    objective = ray.train.torch.prepare_model(
+        objective, parallel_strategy_kwargs={"find_unused_parameters": True}
+    )
+    model.module.to(device)
+    shard = ray.train.get_dataset_shard("train")
+    batches = partial(
+        shard.iter_torch_batches,
+        batch_size=config.per_worker_batch,
+        collate_fn=partial(collate, model=model),
+        drop_last=True,
+        local_shuffle_buffer_size=SHUFFLE_BUFFER,
+    )
+
+    for epoch in range(start_epoch, config.epochs):
+        seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # augmentations, sampling
+        objective.train()
+        totals: dict[str, float] = defaultdict(float)
+        steps, samples, start = 0, 0, time.perf_counter()
+        for batch in batches(local_shuffle_seed=config.seed * 1_009 + epoch):
+            batch = batch.to(device, non_blocking=True)
+            out = objective(batch)
+            optimizer.zero_grad(set_to_none=True)
+            out["loss"].backward()
+            optimizer.step()
+            scheduler.step()
+            for key, value in out.items():
+                totals[key] += float(value.detach())
+            steps += 1
+            samples += len(batch)
+        seconds = time.perf_counter() - start
+        metrics: dict[str, float] = {
+            "epoch": epoch + 1,
+            "lr": scheduler.get_last_lr()[0],
+            "train/samples_per_s": samples / seconds if seconds else 0.0,
+            "train/steps": steps,
+            **{f"train/{key}": total / max(1, steps) for key, total in totals.items()},
+        }
+        last = epoch + 1 == config.epochs
+        checkpoint_dir = None
+        if rank == 0:
+            if config.eval_every and (epoch + 1) % config.eval_every == 0:
+                metrics.update(
+                    run_eval(model, config, data_root, config.eval_split, ("recall", "bias"))
+                )
+            if last:
+                metrics.update(
+                    run_eval(
+                        model, config, data_root, config.test_split, ("recall", "odmap", "bias")
+                    )
+                )
+            score = selection_score(metrics, config.eval_split)
+            improved = score is not None and score > best
+            best = max(best, score) if score is not None else best
+            metrics["improved"] = float(improved)
+            state = {
+                "epoch": epoch + 1,
+                "best": best,
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+            }
+            checkpoint_dir = Path(tempfile.mkdtemp(prefix="xmr-ckpt-"))
+            _save(checkpoint_dir, model, _unwrap(objective), state)
+        ray.train.report(
+            metrics,
+            checkpoint=ray.train.Checkpoint.from_directory(checkpoint_dir)
+            if checkpoint_dir
+            else None,
+            checkpoint_dir_name=f"epoch_{epoch + 1:04d}",
+        )
+
+
+def _unwrap(objective: torch.nn.Module) -> torch.nn.Module:
+    """The objective inside a DDP wrapper (checkpoints never hold ``module.`` prefixes)."""
+    return getattr(objective, "module", objective)

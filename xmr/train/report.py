@@ -1,0 +1,38 @@
+"""What ``xmr train`` prints at the end: the final metrics and where the weights are."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from xmr.train.config import TrainConfig
+from xmr.train.run import TrainResult
+
+
+def print_summary(result: TrainResult, config: TrainConfig, console: Console | None = None) -> None:
+    """A table of the final test metrics (K as columns) and the checkpoint paths."""
+    console = console or Console()
+    prefix = f"{config.test_split}/"
+    names = sorted(
+        {
+            k.removeprefix(prefix).rsplit("_at_", 1)[0]
+            for k in result.metrics
+            if k.startswith(prefix)
+        }
+    )
+    table = Table(title=f"{config.name}: {config.test_split} split")
+    table.add_column("metric")
+    for k in config.ks:
+        table.add_column(f"@{k}", justify="right")
+    for name in names:
+        row = [result.metrics.get(f"{prefix}{name}_at_{k}") for k in config.ks]
+        table.add_row(name, *("" if v is None else f"{v:.3f}" for v in row))
+    console.print(table)
+    pairs = f"{result.data.original} pairs of D"
+    if result.data.synthetic:
+        pairs += f" + {result.data.synthetic} of D′"
+    console.print(f"trained on {pairs}; {config.epochs} epochs")
+    console.print(f"last checkpoint: {result.last_checkpoint}")
+    if result.best_checkpoint:
+        console.print(f"best checkpoint (val RSUM): {result.best_checkpoint}")
+    console.print(f"MLflow run {result.mlflow_run_id} in experiment xmr/train/{config.dataset}")
