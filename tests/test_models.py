@@ -49,7 +49,7 @@ def pixels(tiny: RetrievalModel) -> torch.Tensor:
 
 
 def test_families_and_archs() -> None:
-    assert list_models() == ["blip", "clip", "vsepp"]
+    assert list_models() == ["blip", "clip", "eiclip", "vsepp"]
     archs = list_archs("clip")
     assert {"xmr-tiny", "RN50", "ViT-B-32"} <= set(archs)
     assert archs == sorted(archs)

@@ -37,6 +37,7 @@ class ModelFamily(Protocol):
 MODEL_FAMILIES: dict[str, str] = {
     "blip": "xmr.models.blip",
     "clip": "xmr.models.clip",
+    "eiclip": "xmr.models.eiclip",
     "vsepp": "xmr.models.vsepp",
 }
 
