@@ -124,6 +124,8 @@ def test_entity_vocabularies_hold_whole_strings_from_the_corpus(tiny: EiClipMode
     assert tiny.entity_ids({}) == {}
     with pytest.raises(ValueError, match="different lengths"):
         tiny.entity_ids({"brand": ["dog"], "season": ["ss2024", "fw2024"]})
+    with pytest.raises(ValueError, match=r"group 'brand': expected \[2\], got \[1\]"):
+        tiny.encode_product_texts(DESCRIPTIONS[:2], {"brand": ["dog"]})
 
     vocab = entity_vocabularies(CORPUS, min_count=4)  # only golden goose (x4) and the seasons
     assert vocab["brand"].values == ("", "golden goose")

@@ -331,9 +331,8 @@ class EiClipModel(RetrievalModel):
     def _entities(
         self, entities: Mapping[str, Sequence[str]], size: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = {g: v.to(self.device) for g, v in self.entity_ids(entities).items()}
-        if ids and len(next(iter(ids.values()))) != size:
-            raise ValueError(f"{size} texts but entities for {len(next(iter(ids.values())))} rows")
+        """:meth:`EiClipNet.entities` of ``size`` rows given as group -> entity strings."""
+        ids = {group: v.to(self.device) for group, v in self.entity_ids(entities).items()}
         return self.module.entities(ids, size)
 
     def gates(self, entities: Mapping[str, Sequence[str]]) -> torch.Tensor:
