@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import psutil
 import pytest
 import torch
 
 from xmr.data import read_dataset
 from xmr.data.synthetic import read_manifest
+from xmr.data.toyworld import generate_world
 from xmr.models import ModelSpec, create_model
 from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
@@ -147,3 +149,36 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint(
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     steps = [m.step for m in client.get_metric_history(result.mlflow_run_id, "train/loss")]
     assert sorted(set(steps)) == [1, 2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def small_shop_world(tmp_path_factory) -> Path:
+    """A ToyWorld shop (products with brand, category, season, composition entities)."""
+    spec = tmp_path_factory.mktemp("shop-config") / "shop.yaml"
+    spec.write_text("mode: shop\nimage_size: 64\nsplits: {train: 80, val: 12, test: 12}\n")
+    return generate_world(tmp_path_factory.mktemp("shop") / "w", spec, seed=4)
+
+
+@pytest.mark.parametrize(
+    ("family", "workers"),
+    [("vsepp", 1), ("vsepp", 2), ("blip", 1), ("blip", 2), ("eiclip", 1), ("eiclip", 2)],
+)
+def test_each_family_trains_and_evaluates(
+    local_ray, small_toyworld, small_shop_world, tmp_path, family: str, workers: int
+) -> None:
+    world = small_shop_world if family == "eiclip" else small_toyworld
+    config = resolve_config(
+        family, data=world, storage=tmp_path / "runs", epochs=1, batch_size=16, workers=workers
+    )
+    result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    expected = ["train/loss", "test/recall_t2i_at_1"]
+    if family == "eiclip":  # product entities: the EI-CLIP paper's protocols
+        expected += ["test/sumr", "test/subcat_recall_t2i_at_1", "test/subcat_sumr"]
+    else:
+        expected += ["test/odmap_at_1", "test/bias_at_10"]
+    for key in expected:
+        assert np.isfinite(result.metrics[key]), key
+    spec = ModelSpec.from_checkpoint(result.last_checkpoint)
+    assert (spec.family, spec.arch) == (family, config.model.arch)
+    model = create_model(spec)  # vocabularies come back from the checkpoint
+    assert model.encode_texts(["a dog with a frisbee"]).shape == (1, model.embed_dim)

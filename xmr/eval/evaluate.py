@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from xmr.data import DataIssue, dataset_splits, read_counterfactuals, read_dataset
 from xmr.data.default_world import default_toyworld
+from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
 from xmr.eval.encoders import EncodeImages, EncodeTexts
 from xmr.eval.protocol import (
@@ -23,11 +26,12 @@ from xmr.eval.protocol import (
 )
 from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_at_k
 from xmr.metrics.ranking import check_ks
-from xmr.models import ModelSpec, RetrievalModel, check_spec
+from xmr.models import ModelSpec, RetrievalModel, check_spec, create_model
+from xmr.models.registry import default_rerank_k
 from xmr.pipeline import Resources, run_local
 from xmr.pipeline.ray_executor import cluster_gpus, init_ray, run_stage
 from xmr.pipeline.stage import Batch
-from xmr.retrieval import topk_similarity
+from xmr.retrieval import rerank, topk_similarity
 from xmr.text import caption_mentions
 
 METRIC_GROUPS = ("recall", "odmap", "bias")
@@ -50,6 +54,7 @@ class EvalConfig:
     alpha1: float = 0.4
     alpha2: float = 0.8
     alpha3: float = 0.7
+    rerank_k: int | None = None  # None: the family's (BLIP: ITM over the top 128/256); 0: off
 
     def __post_init__(self) -> None:
         unknown = set(self.metrics) - set(METRIC_GROUPS)
@@ -69,6 +74,7 @@ class EvalConfig:
             "eval.batch_size": str(self.batch_size),
             "eval.device": self.device,
             "eval.seed": str(self.seed),
+            "eval.rerank_k": "family default" if self.rerank_k is None else str(self.rerank_k),
             "synth.alpha1": str(self.alpha1),
             "synth.alpha2": str(self.alpha2),
             "synth.alpha3": str(self.alpha3),
@@ -241,10 +247,29 @@ def evaluate(
         cap = text_emb[: len(retrieval.captions)]
         owner = np.asarray(retrieval.caption_image)
         positives_i2t = [set(np.flatnonzero(owner == i)) for i in np.flatnonzero(ok_images)]
-        i2t = recall_at_k(topk_similarity(img, cap, kmax), positives_i2t, config.ks)
         keep = ok_images[owner]
         positives_t2i = [{int(image_index[o])} for o in owner[keep]]
-        t2i = recall_at_k(topk_similarity(cap[keep], img, kmax), positives_t2i, config.ks)
+        rerank_k = _rerank_depth(config)
+        depth = max(kmax, rerank_k)
+        i2t_ranking = topk_similarity(img, cap, depth)
+        t2i_ranking = topk_similarity(cap[keep], img, depth)
+        if rerank_k:
+            t0_rerank = time.perf_counter()
+            scorer_model = model or create_model(
+                config.model, device=encoder.device, seed=config.seed
+            )
+            images = _LazyImages([records[i].path for i in np.flatnonzero(ok_images)])
+            kept_captions = [c for c, k in zip(retrieval.captions, keep, strict=True) if k]
+            i2t_ranking = rerank(
+                i2t_ranking, scorer_model.pair_scorer(images, retrieval.captions, "i2t"), rerank_k
+            )
+            t2i_ranking = rerank(
+                t2i_ranking, scorer_model.pair_scorer(images, kept_captions, "t2i"), rerank_k
+            )
+            timings["rerank_s"] = time.perf_counter() - t0_rerank
+            counts["rerank_k"] = rerank_k
+        i2t = recall_at_k(i2t_ranking, positives_i2t, config.ks)
+        t2i = recall_at_k(t2i_ranking, positives_t2i, config.ks)
         for k in config.ks:
             metrics[f"{prefix}recall_i2t_at_{k}"] = i2t[k]
             metrics[f"{prefix}recall_t2i_at_{k}"] = t2i[k]
@@ -277,6 +302,26 @@ def evaluate(
     timings["total_s"] = time.perf_counter() - start
     counts["skipped"] = len(issues)
     return EvalResult(metrics, counts, issues, timings, Path(root), examples)
+
+
+def _rerank_depth(config: EvalConfig) -> int:
+    """Candidates per query that the family's pair scorer re-ranks (0: none)."""
+    if config.rerank_k is not None:
+        return config.rerank_k
+    return default_rerank_k(config.model)
+
+
+class _LazyImages(Sequence[Image.Image]):
+    """Images read on first access (a re-ranker asks only for those it scores)."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return load_image(self.paths[index])
 
 
 def _examples(

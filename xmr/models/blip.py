@@ -106,6 +106,11 @@ def list_archs() -> list[str]:
 
 
 @cache
+def default_rerank_k(arch: str) -> int:
+    """The ITM re-ranking depth evaluation uses for ``arch`` (registry hook)."""
+    return load_arch(arch).rerank_k
+
+
 def load_arch(name: str) -> BlipArch:
     """The :class:`BlipArch` of ``name``. Raises ValueError for an unknown name."""
     path = CONFIGS / f"{name}.json"

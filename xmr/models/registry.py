@@ -58,6 +58,16 @@ def list_archs(family: str) -> list[str]:
     return sorted(_family(family).list_archs())
 
 
+def default_rerank_k(spec: ModelSpec) -> int:
+    """How deep evaluation re-ranks with the family's pair scorer (BLIP's ITM); 0: no re-ranking.
+
+    A family that re-ranks defines ``default_rerank_k(arch) -> int`` next to ``build``.
+    """
+    family = _family(spec.family)
+    rerank_k = getattr(family, "default_rerank_k", None)
+    return int(rerank_k(spec.arch)) if rerank_k else 0
+
+
 def check_spec(spec: ModelSpec) -> ModelFamily:
     """Fail fast, before any worker starts: unknown family or arch, or a missing checkpoint.
 

@@ -11,18 +11,22 @@ import ray.data
 from xmr.pipeline.stage import Batch, Stage
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+def init_ray(
+    address: str | None = None, num_cpus: int | None = None, *, log_to_driver: bool = False
+) -> None:
     """Attach to a running cluster (``address`` or ``RAY_ADDRESS``) or start local Ray.
 
-    Does nothing when Ray is already initialised in this process.
+    ``log_to_driver``: show the workers' output here (training progress); pipelines keep it
+    off and report through their own progress bars. Does nothing when Ray is already
+    initialised in this process.
     """
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=log_to_driver)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
 
 
 def cluster_gpus() -> int:

@@ -21,8 +21,12 @@ import numpy as np
 import ray.train
 import ray.train.torch
 import torch
+from ray.experimental.tqdm_ray import tqdm
 
+from xmr.data import read_dataset
+from xmr.data.fashiongen import read_product_ids
 from xmr.eval.evaluate import EvalConfig, evaluate
+from xmr.eval.product_retrieval import product_retrieval
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
 from xmr.train.config import TrainConfig
 from xmr.train.data import collate
@@ -48,7 +52,18 @@ def selection_score(metrics: dict[str, float], split: str) -> float | None:
 def run_eval(
     model: RetrievalModel, config: TrainConfig, data_root: Path, split: str, metrics: tuple
 ) -> dict[str, float]:
-    """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics."""
+    """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics.
+
+    Data with product entities (Fashion-Gen, the ToyWorld shop) is evaluated with the EI-CLIP
+    paper's product protocols (full candidate set and same-sub-category "sample 100", SumR);
+    everything else with ``metrics`` of :func:`xmr.eval.evaluate`.
+    """
+    records = read_dataset(config.dataset, data_root, split)
+    if any(record.entities for record in records):
+        product_ids = read_product_ids(data_root, split) if config.dataset == "fashiongen" else None
+        return product_retrieval(
+            model, records, split=split, product_ids=product_ids, ks=config.ks, seed=config.seed
+        ).metrics
     eval_config = EvalConfig(
         model=config.model,
         dataset=config.dataset,
@@ -119,6 +134,11 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         objective.train()
         totals: dict[str, float] = defaultdict(float)
         steps, samples, start = 0, 0, time.perf_counter()
+        bar = (
+            tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}")
+            if rank == 0
+            else None
+        )
         for batch in batches(local_shuffle_seed=config.seed * 1_009 + epoch):
             batch = batch.to(device, non_blocking=True)
             out = objective(batch)
@@ -130,6 +150,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 totals[key] += float(value.detach())
             steps += 1
             samples += len(batch)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
         seconds = time.perf_counter() - start
         metrics: dict[str, float] = {
             "epoch": epoch + 1,
@@ -155,6 +179,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             improved = score is not None and score > best
             best = max(best, score) if score is not None else best
             metrics["improved"] = float(improved)
+            print(_epoch_line(metrics, config), flush=True)
             state = {
                 "epoch": epoch + 1,
                 "best": best,
@@ -170,6 +195,23 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             else None,
             checkpoint_dir_name=f"epoch_{epoch + 1:04d}",
         )
+
+
+def _epoch_line(metrics: dict[str, float], config: TrainConfig) -> str:
+    """One line per epoch: loss, throughput, and the evaluation when there was one."""
+    parts = [
+        f"epoch {int(metrics['epoch'])}/{config.epochs}",
+        f"loss {metrics.get('train/loss', float('nan')):.4f}",
+        f"{metrics['train/samples_per_s']:.0f} pairs/s",
+    ]
+    for split in (config.eval_split, config.test_split):
+        score = selection_score(metrics, split)
+        if score is not None:
+            parts.append(f"{split} RSUM {score:.3f}")
+    odmap = metrics.get(f"{config.test_split}/odmap_at_1")
+    if odmap is not None:
+        parts.append(f"{config.test_split} ODmAP@1 {odmap:.3f}")
+    return " | ".join(parts)
 
 
 def _unwrap(objective: torch.nn.Module) -> torch.nn.Module:

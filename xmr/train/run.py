@@ -90,7 +90,7 @@ def _copy_atomic(source: Path, target: Path) -> None:
     tmp.replace(target)
 
 
-def _mlflow_run(config: TrainConfig, run_dir: Path, tracking_uri: str) -> str:
+def _mlflow_run(config: TrainConfig, run_dir: Path, tracking_uri: str, tags: dict[str, str]) -> str:
     """The MLflow run of ``run_dir``: the one a previous attempt started, or a new one."""
     record = run_dir / RUN_FILE
     if record.is_file():
@@ -101,7 +101,7 @@ def _mlflow_run(config: TrainConfig, run_dir: Path, tracking_uri: str) -> str:
         f"xmr/train/{config.dataset}",
         run_name=config.name,
         tracking_uri=tracking_uri,
-        tags={"xmr.command": "train", "xmr.run_dir": str(run_dir)},
+        tags={"xmr.command": "train", "xmr.run_dir": str(run_dir), **tags},
     ) as run:
         mlflow.log_params(config.params())
         run_id = run.info.run_id
@@ -147,17 +147,29 @@ def _log_inputs(data: TrainingData, config: TrainConfig, root: Path) -> None:
         )
 
 
+def default_world(config: TrainConfig) -> Path:
+    """The embedded ToyWorld for ``config``: the shop world (product entities) for EI-CLIP."""
+    mode = "shop" if config.model.family == "eiclip" else "scene"
+    return default_toyworld(config.seed, mode=mode)
+
+
 def train(
-    config: TrainConfig, *, address: str | None = None, tracking_uri: str | None = None
+    config: TrainConfig,
+    *,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    tags: dict[str, str] | None = None,
 ) -> TrainResult:
     """Train ``config`` on Ray Train and return the final metrics and checkpoint paths.
+
+    ``tags`` are added to the MLflow run when it is created.
 
     Raises:
         ValueError / FileNotFoundError: bad config or data, before any worker starts.
         ray.train.TrainingFailedError: the workers failed more than ``max_failures`` times.
     """
     check_spec(config.model)
-    root = Path(config.data) if config.data else default_toyworld(config.seed)
+    root = Path(config.data) if config.data else default_world(config)
     run_dir = config.storage / config.name
     _check_same_config(config, run_dir)
     records = read_dataset(config.dataset, root, config.split)
@@ -172,7 +184,7 @@ def train(
         )
 
     uri = resolve_tracking_uri(tracking_uri)
-    run_id = _mlflow_run(config, run_dir, uri)
+    run_id = _mlflow_run(config, run_dir, uri, dict(tags or {}))
     client = mlflow.MlflowClient(uri)
     client.set_tag(run_id, "data.dprime_digest", data.dprime_digest or "none")
     params = {
@@ -186,7 +198,7 @@ def train(
         if key not in existing:
             client.log_param(run_id, key, value)
 
-    init_ray(address)
+    init_ray(address, log_to_driver=True)  # the workers' progress bars and epoch lines
     corpus = data.corpus()
     trainer = TorchTrainer(
         train_loop,
