@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
-import pandas as pd
 import ray
 import ray.train
 from mlflow.entities import Metric
@@ -132,19 +132,15 @@ def _check_same_config(config: TrainConfig, run_dir: Path) -> None:
 def _log_inputs(data: TrainingData, config: TrainConfig, root: Path) -> None:
     """D and the D′ sample as MLflow dataset inputs (metadata only, no pixels)."""
     table = data.table.select(["image_id", "caption", "source", "image_gender"]).to_pandas()
-    original = table[table.source == "D"]
-    mlflow.log_input(
-        mlflow.data.from_pandas(
-            original, source=str(root), name=f"{config.dataset}/{config.split}"
-        ),
-        context="training",
-    )
+    table["image_id"] = table["image_id"].astype("float64")  # MLflow's schema hint otherwise
+    parts = [(table[table.source == "D"], root, f"{config.dataset}/{config.split}")]
     if data.synthetic:
-        synthetic = table[table.source != "D"]
-        mlflow.log_input(
-            mlflow.data.from_pandas(synthetic, source=str(config.synth), name="D′"),
-            context="training",
-        )
+        parts.append((table[table.source != "D"], config.synth, "D′"))
+    with warnings.catch_warnings():  # MLflow 3.17 registers the local source type twice
+        warnings.filterwarnings("ignore", message="The specified dataset source")
+        for frame, source, name in parts:
+            dataset = mlflow.data.from_pandas(frame, source=str(source), name=name)
+            mlflow.log_input(dataset, context="training")
 
 
 def default_world(config: TrainConfig) -> Path:
@@ -257,8 +253,3 @@ def start_run_resumed(tracking_uri: str, run_id: str) -> mlflow.ActiveRun:
     """Re-open an existing run (to log artifacts, inputs and tags with the fluent API)."""
     mlflow.set_tracking_uri(tracking_uri)
     return mlflow.start_run(run_id=run_id)
-
-
-def metrics_table(results: dict[str, TrainResult]) -> pd.DataFrame:
-    """One row per named result, one column per final test metric."""
-    return pd.DataFrame({name: r.metrics for name, r in results.items()}).T
