@@ -358,6 +358,9 @@ def demo_command(
     seed: Annotated[int, typer.Option(help="Seed of the world, D′ and training.")] = 0,
     epochs: Annotated[int | None, typer.Option(help="Training epochs per run.")] = None,
     workdir: Annotated[Path, typer.Option(help="Where D′ and the runs go.")] = Path("xmr-demo"),
+    data: Annotated[
+        Path | None, typer.Option(help="A ToyWorld folder; default: the embedded one.")
+    ] = None,
     cpus_per_worker: Annotated[int, typer.Option(help="CPU cores for the training worker.")] = 2,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS or local Ray).")
@@ -384,6 +387,7 @@ def demo_command(
             tracking_uri=tracking_uri,
             address=address,
             cpus_per_worker=cpus_per_worker,
+            data=data,
         )
     except (DataError, ValueError, FileNotFoundError, LookupError) as exc:
         raise _fail(str(exc)) from exc

@@ -76,7 +76,7 @@ def original_pairs(records: Sequence[ImageRecord]) -> list[dict]:
     rows = []
     for record in records:
         gender = record_gender(record)
-        entities = list(getattr(record, "entities", {}).items())
+        entities = list(record.entities.items())
         for caption in record.caption_texts:
             rows.append(
                 {
