@@ -52,7 +52,7 @@ from torch import nn
 
 from xmr.data.records import normalise_entity
 from xmr.models import clip
-from xmr.models.base import CheckpointError, Corpus, ModelSpec, RetrievalModel, read_checkpoint
+from xmr.models.base import CheckpointError, Corpus, ModelSpec, read_checkpoint
 from xmr.train.batch import TrainBatch
 from xmr.train.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
 
@@ -259,8 +259,11 @@ class EiClipNet(nn.Module):
 # The model
 
 
-class EiClipModel(RetrievalModel):
+class EiClipModel(clip.ClipModel):
     """EI-CLIP: a CLIP, its eval transform and tokenizer, and the entity vocabularies.
+
+    The transform, tokenizer and image / description encoders are :class:`~xmr.models.clip.
+    ClipModel`'s (``text_features`` is the description-only embedding ``E^D``).
 
     Attributes:
         vocabularies: group -> :class:`EntityVocabulary` (groups in the net's order).
@@ -278,33 +281,14 @@ class EiClipModel(RetrievalModel):
         transform: Callable[[Image.Image], torch.Tensor],
         tokenizer: Callable[[list[str]], torch.Tensor],
     ):
-        config = open_clip.get_model_config(spec.arch)
-        super().__init__(spec, net, config["embed_dim"], config["vision_cfg"]["image_size"])
+        super().__init__(spec, net, transform, tokenizer)
         self.vocabularies = dict(vocabularies)
         self.entity_dim = entity_dim
-        self._transform = transform
-        self._tokenizer = tokenizer
 
     @property
     def groups(self) -> tuple[str, ...]:
         """The entity groups, in the order of the ``K`` axis of :meth:`gates`."""
         return self.module.groups
-
-    def preprocess(self, image: Image.Image) -> torch.Tensor:
-        """Resize (shortest side), centre-crop, RGB, normalise: ``[3, S, S]`` float32."""
-        return self._transform(image)
-
-    def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
-        """``B`` descriptions -> ``[B, context_length]`` int64 BPE ids (longer ones truncated)."""
-        return self._tokenizer(list(texts))
-
-    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
-        """``[B, 3, S, S]`` -> ``[B, D]``."""
-        return self.module.encode_image(pixels)
-
-    def text_features(self, texts: Sequence[str]) -> torch.Tensor:
-        """The description-only embedding ``E^D``: ``B`` strings -> ``[B, D]``."""
-        return self.module.encode_text(self.tokenize(texts).to(self.device))
 
     def entity_ids(self, entities: Mapping[str, Sequence[str]]) -> dict[str, torch.Tensor]:
         """Group -> ``B`` entity strings ("" = none) to group -> ``[B]`` int64 ids on CPU.

@@ -120,6 +120,15 @@ def load_config(path: str | Path | None = None) -> WorldConfig:
     """The defaults (``path=None``) or a world YAML merged over them. Raises ``ValueError``."""
     if path is None:
         return _parse(_default_dict(), str(DEFAULT_PATH))
+    return WorldConfig.from_dict(read_world_yaml(path), str(path))
+
+
+def read_world_yaml(path: str | Path) -> Mapping[str, Any]:
+    """The top-level mapping of a world YAML file (scene or shop).
+
+    Raises ``FileNotFoundError`` for a missing file, ``ValueError`` naming the file for bad YAML
+    or a top level that is not a mapping.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such world config")
@@ -129,7 +138,7 @@ def load_config(path: str | Path | None = None) -> WorldConfig:
         raise ValueError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
-    return WorldConfig.from_dict(data, str(path))
+    return data
 
 
 def _default_dict() -> dict[str, Any]:

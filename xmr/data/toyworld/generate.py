@@ -165,6 +165,31 @@ def _workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def empty_world_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` with an ``annotations`` folder; it must be new or empty. Raises ValueError."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out}: output folder exists and is not empty")
+    (out / "annotations").mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def box_annotation(
+    ann_id: int, image_id: int, category_id: int, bbox: tuple[int, int, int, int]
+) -> dict[str, Any]:
+    """A COCO instance annotation for an ``[x, y, w, h]`` box (its rectangle as segmentation)."""
+    x, y, w, h = bbox
+    return {
+        "id": ann_id,
+        "image_id": image_id,
+        "category_id": category_id,
+        "bbox": [x, y, w, h],
+        "area": w * h,
+        "iscrowd": 0,
+        "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+    }
+
+
 def _write_json(path: Path, data: Any, *, indent: int | None = None) -> None:
     separators = None if indent else (",", ":")
     path.write_text(json.dumps(data, indent=indent, separators=separators) + "\n")
@@ -195,10 +220,7 @@ def generate(
     from xmr import __version__
 
     cfg = _resolve(config, seed)
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out}: output folder exists and is not empty")
-    (out / "annotations").mkdir(parents=True, exist_ok=True)
+    out = empty_world_dir(out_dir)
     chunks = []
     first_id = 1
     for split, count in cfg.splits.items():
@@ -226,15 +248,7 @@ def generate(
             image = item["image"]
             images.append(image)
             for category, (x, y, w, h), gender in item["objects"]:
-                ann = {
-                    "id": ann_id,
-                    "image_id": image["id"],
-                    "category_id": CLASSES[category].coco_id,
-                    "bbox": [x, y, w, h],
-                    "area": w * h,
-                    "iscrowd": 0,
-                    "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
-                }
+                ann = box_annotation(ann_id, image["id"], CLASSES[category].coco_id, (x, y, w, h))
                 if gender is not None:
                     ann["attributes"] = {"gender": gender}
                 annotations.append(ann)

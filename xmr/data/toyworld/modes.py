@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
-from xmr.data.toyworld.config import WorldConfig
+from xmr.data.toyworld.config import WorldConfig, read_world_yaml
 from xmr.data.toyworld.generate import generate
 from xmr.data.toyworld.shop import generate_shop
 from xmr.data.toyworld.shop_config import ShopConfig
@@ -24,14 +22,8 @@ def config_mode(path: str | Path) -> str | None:
     Raises ``FileNotFoundError`` for a missing file, ``ValueError`` naming the file for bad YAML
     or a mode outside :data:`MODES`.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such world config")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict) or "mode" not in data:
+    data = read_world_yaml(path)
+    if "mode" not in data:
         return None
     if data["mode"] not in MODES:
         raise ValueError(f"{path}: mode: must be one of {list(MODES)}, got {data['mode']!r}")

@@ -35,7 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from xmr.data.toyworld.generate import CHUNK, _save_png, _write_json, run_chunks
+from xmr.data.toyworld.generate import (
+    CHUNK,
+    _save_png,
+    _write_json,
+    box_annotation,
+    empty_world_dir,
+    run_chunks,
+)
 from xmr.data.toyworld.scene import scene_rng
 from xmr.data.toyworld.shop_catalogue import COMPOSITIONS, SEASON_WORDS, SUBCATEGORIES
 from xmr.data.toyworld.shop_config import ShopCaptions, ShopConfig, load_shop_config
@@ -188,10 +195,7 @@ def generate_shop(
     from xmr import __version__
 
     cfg = _resolve(config, seed)
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out}: output folder exists and is not empty")
-    (out / "annotations").mkdir(parents=True, exist_ok=True)
+    out = empty_world_dir(out_dir)
     chunks = []
     first_id = 1
     for split, count in cfg.splits.items():
@@ -219,18 +223,8 @@ def generate_shop(
             image = item["image"]
             images.append(image)
             for category, (x, y, w, h), attributes in item["objects"]:
-                annotations.append(
-                    {
-                        "id": ann_id,
-                        "image_id": image["id"],
-                        "category_id": CATEGORY_IDS[category],
-                        "bbox": [x, y, w, h],
-                        "area": w * h,
-                        "iscrowd": 0,
-                        "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
-                        "attributes": attributes,
-                    }
-                )
+                ann = box_annotation(ann_id, image["id"], CATEGORY_IDS[category], (x, y, w, h))
+                annotations.append({**ann, "attributes": attributes})
                 ann_id += 1
             # One caption per image: its id is the image id.
             text = item["caption"]

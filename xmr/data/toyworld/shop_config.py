@@ -28,6 +28,7 @@ from xmr.data.toyworld.config import (
     _merge,
     _name,
     _names,
+    read_world_yaml,
 )
 from xmr.data.toyworld.shop_catalogue import CATEGORIES, COLOURS, GLYPHS, LOGO_COLOURS
 
@@ -108,16 +109,7 @@ def load_shop_config(path: str | Path | None = None) -> ShopConfig:
     """The defaults (``path=None``) or a shop YAML merged over them. Raises ``ValueError``."""
     if path is None:
         return _parse(_default_dict(), str(SHOP_PATH))
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such world config")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
-    return ShopConfig.from_dict(data, str(path))
+    return ShopConfig.from_dict(read_world_yaml(path), str(path))
 
 
 def _default_dict() -> dict[str, Any]:
