@@ -46,7 +46,7 @@ import numpy as np
 
 from xmr.data.coco import has_words
 from xmr.data.errors import DataError, DataIssue, report
-from xmr.data.images import H5_IMAGE_DATASET, h5_image_path
+from xmr.data.images import H5_IMAGE_DATASET, h5_image_dataset, h5_image_path
 from xmr.data.records import Caption, ImageRecord, normalise_entity
 
 SPLITS = ("train", "validation")
@@ -147,15 +147,9 @@ def read_fashiongen(
     path = fashiongen_file(root, split)
     base = ID_BASE[SPLIT_ALIASES.get(split, split)]
     with _open(path) as file:
-        for key in (DESCRIPTION_DATASET, H5_IMAGE_DATASET):
-            if key not in file:
-                raise DataError(f"{path}: no {key!r} dataset")
-        images = file[H5_IMAGE_DATASET]
-        if images.ndim != 4 or images.shape[3] != 3 or images.dtype != np.uint8:
-            raise DataError(
-                f"{path}: {H5_IMAGE_DATASET!r} must be (N, H, W, 3) uint8, "
-                f"got {images.shape} {images.dtype}"
-            )
+        if DESCRIPTION_DATASET not in file:
+            raise DataError(f"{path}: no {DESCRIPTION_DATASET!r} dataset")
+        images = h5_image_dataset(file, path)
         n_images, height, width = images.shape[:3]
         descriptions = _strings(file, DESCRIPTION_DATASET, path, clean_description)
         entities = {

@@ -56,6 +56,11 @@ def _h5_images(file: Path) -> h5py.Dataset:
         except OSError as exc:
             raise DataError(f"{file}: cannot open HDF5 file ({exc})") from exc
         _H5_FILES[key] = handle
+    return h5_image_dataset(handle, file)
+
+
+def h5_image_dataset(handle: h5py.File, file: Path) -> h5py.Dataset:
+    """The ``(N, H, W, 3)`` uint8 image dataset of an open HDF5 file. Raises ``DataError``."""
     if H5_IMAGE_DATASET not in handle:
         raise DataError(f"{file}: no {H5_IMAGE_DATASET!r} dataset")
     images = handle[H5_IMAGE_DATASET]

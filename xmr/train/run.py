@@ -182,7 +182,6 @@ def train(
     uri = resolve_tracking_uri(tracking_uri)
     run_id = _mlflow_run(config, run_dir, uri, dict(tags or {}))
     client = mlflow.MlflowClient(uri)
-    client.set_tag(run_id, "data.dprime_digest", data.dprime_digest or "none")
     params = {
         "data.pairs_original": str(data.original),
         "data.pairs_synthetic": str(data.synthetic),
