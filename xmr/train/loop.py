@@ -50,16 +50,21 @@ def selection_score(metrics: dict[str, float], split: str) -> float | None:
 
 
 def run_eval(
-    model: RetrievalModel, config: TrainConfig, data_root: Path, split: str, metrics: tuple
+    model: RetrievalModel,
+    config: TrainConfig,
+    data_root: Path,
+    split: str,
+    metrics: tuple,
+    products: bool,
 ) -> dict[str, float]:
     """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics.
 
-    Data with product entities (Fashion-Gen, the ToyWorld shop) is evaluated with the EI-CLIP
-    paper's product protocols (full candidate set and same-sub-category "sample 100", SumR);
-    everything else with ``metrics`` of :func:`xmr.eval.evaluate`.
+    Data with product entities (``products``: Fashion-Gen, the ToyWorld shop) is evaluated with
+    the EI-CLIP paper's product protocols (full candidate set and same-sub-category "sample
+    100", SumR); everything else with ``metrics`` of :func:`xmr.eval.evaluate`.
     """
-    records = read_dataset(config.dataset, data_root, split)
-    if any(record.entities for record in records):
+    if products:
+        records = read_dataset(config.dataset, data_root, split)
         product_ids = read_product_ids(data_root, split) if config.dataset == "fashiongen" else None
         return product_retrieval(
             model, records, split=split, product_ids=product_ids, ks=config.ks, seed=config.seed
@@ -100,6 +105,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         torch.set_num_threads(max(1, config.cpus_per_worker))
 
     corpus = Corpus(**loop_config["corpus"])
+    products = bool(corpus.entities)  # the training pairs carry product entities
     model = create_model(config.model, seed=config.seed, corpus=corpus)  # same on every rank
     objective = model.objective(config.loss, seed=config.seed * 1_009 + rank)
     optimizer = make_optimizer(objective.parameters(), config.optim)
@@ -119,7 +125,6 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     objective = ray.train.torch.prepare_model(
         objective, parallel_strategy_kwargs={"find_unused_parameters": True}
     )
-    model.module.to(device)
     shard = ray.train.get_dataset_shard("train")
     batches = partial(
         shard.iter_torch_batches,
@@ -167,12 +172,19 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         if rank == 0:
             if config.eval_every and (epoch + 1) % config.eval_every == 0:
                 metrics.update(
-                    run_eval(model, config, data_root, config.eval_split, ("recall", "bias"))
+                    run_eval(
+                        model, config, data_root, config.eval_split, ("recall", "bias"), products
+                    )
                 )
             if last:
                 metrics.update(
                     run_eval(
-                        model, config, data_root, config.test_split, ("recall", "odmap", "bias")
+                        model,
+                        config,
+                        data_root,
+                        config.test_split,
+                        ("recall", "odmap", "bias"),
+                        products,
                     )
                 )
             score = selection_score(metrics, config.eval_split)
