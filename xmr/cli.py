@@ -97,33 +97,58 @@ def eval_command(
         typer.Option(help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
     ] = None,
     run_name: Annotated[str | None, typer.Option(help="MLflow run name.")] = None,
+    clip_m: Annotated[
+        int, typer.Option(help="CLIP-clip: drop the m dims with the most gender information.")
+    ] = 0,
+    mi_estimator: Annotated[
+        str, typer.Option(help="histogram (the reference code's) | ksg (Gao et al. 2017)")
+    ] = "histogram",
+    mi_split: Annotated[
+        str,
+        typer.Option(
+            help="Split whose images estimate the MI (not the scored one: its labels would leak)."
+        ),
+    ] = "train",
+    mi_samples: Annotated[int, typer.Option(help="At most this many MI images.")] = 5000,
+    mi_bins: Annotated[int, typer.Option(help="histogram: bins per axis.")] = 64,
+    mi_sigma: Annotated[float, typer.Option(help="histogram: Gaussian smoothing (bins).")] = 1.0,
+    mi_neighbors: Annotated[int, typer.Option(help="ksg: neighbours k.")] = 3,
+    clip_renormalize: Annotated[
+        bool, typer.Option(help="L2-normalise the clipped embeddings (the reference does not).")
+    ] = False,
 ) -> None:
-    """Evaluate a model: Recall@K both ways, ODmAP@K and Bias@K, logged to MLflow."""
+    """Evaluate a model: Recall@K both ways, ODmAP@K and Bias@K, logged to MLflow.
+
+    --clip-m applies CLIP-clip (gender paper §3.2) before ranking; the dropped dims are an
+    MLflow artifact (clip_dims.json).
+    """
     from xmr.data import DataError
-    from xmr.eval import EvalConfig, evaluate
+    from xmr.eval import evaluate
+    from xmr.eval.evaluate import eval_config
     from xmr.eval.report import log_to_mlflow, print_report, write_json
-    from xmr.models import ModelSpec
 
     try:
-        if checkpoint is not None and (model is None or arch is None):
-            saved = ModelSpec.from_checkpoint(checkpoint)
-            model, arch = model or saved.family, arch or saved.arch
-        spec = ModelSpec(
-            model or "clip",
-            arch or "xmr-tiny",
-            None if pretrained == "none" else pretrained,
-            checkpoint,
-        )
-        config = EvalConfig(
-            model=spec,
+        config = eval_config(
+            model=model,
+            arch=arch,
+            pretrained=pretrained,
+            checkpoint=checkpoint,
             dataset=dataset,
             data=data,
             split=split,
-            metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
+            metrics=metrics,
             batch_size=batch_size,
             actors=actors,
             device=device,
             seed=seed,
+            clip_m=clip_m,
+            mi_estimator=mi_estimator,
+            mi_split=mi_split,
+            mi_samples=mi_samples,
+            mi_bins=mi_bins,
+            mi_sigma=mi_sigma,
+            mi_neighbors=mi_neighbors,
+            clip_renormalize=clip_renormalize,
         )
         result = evaluate(config, address=address)
     except (DataError, ValueError, FileNotFoundError, LookupError) as exc:
@@ -351,6 +376,146 @@ def train_command(
     except (DataError, ValueError, FileNotFoundError, LookupError) as exc:
         raise _fail(str(exc)) from exc
     print_summary(result, config)
+
+
+@app.command("tune")
+def tune_command(
+    space: Annotated[
+        str,
+        typer.Option(help="fair_alpha | clip_m | synth_ratio (tune_spaces/) or a space YAML path."),
+    ],
+    dataset: Annotated[
+        str | None, typer.Option(help="Shortcut for --set dataset=... (default: the space's).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a fixed option of the space: KEY=VALUE (repeatable)."),
+    ] = None,
+    num_samples: Annotated[
+        int | None,
+        typer.Option(help="Trials (random/optuna) or repeats of the grid (default: the space's)."),
+    ] = None,
+    max_concurrent: Annotated[
+        int | None,
+        typer.Option(help="Trials at once (default: as many as the cluster's CPUs/GPUs fit)."),
+    ] = None,
+    gpus_per_trial: Annotated[
+        float | None, typer.Option(help="GPUs per trial (default: the space's).")
+    ] = None,
+    cpus_per_trial: Annotated[
+        float | None, typer.Option(help="CPUs per trial (default: the space's).")
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Sweep name; rerunning a name resumes it (default: space-<hash>)."),
+    ] = None,
+    storage: Annotated[Path, typer.Option(help="Folder of sweeps.")] = Path("xmr_tune"),
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: RAY_ADDRESS or local Ray).")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    ] = None,
+) -> None:
+    """Sweep a search space on Ray Tune: FairSample α, CLIP-clip m, the D′ ratio, or your own.
+
+    One MLflow parent run per sweep (experiment xmr/tune/<space>) with a child run per trial;
+    at the end the parent holds the best config, trials.csv and the Pareto plots. A trial that
+    fails is reported and the others go on; rerunning the same --name resumes.
+    """
+    import yaml
+    from rich.console import Console
+
+    from xmr.compare import comparison_frame, comparison_table, sweep_runs
+    from xmr.data import DataError
+    from xmr.tune import SpaceError, SweepInterrupted, load_space, run_sweep
+
+    overrides: dict = {}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--set takes KEY=VALUE, got {item!r}")
+        overrides[key.strip().replace("-", "_")] = yaml.safe_load(value)
+    if dataset:
+        overrides["dataset"] = dataset
+    changes: dict = {"fixed": overrides}
+    for field, value in (
+        ("num_samples", num_samples),
+        ("max_concurrent", max_concurrent),
+        ("gpus", gpus_per_trial),
+        ("cpus", cpus_per_trial),
+    ):
+        if value is not None:
+            changes[field] = value
+    try:
+        search_space = load_space(space).with_overrides(**changes)
+        result = run_sweep(
+            search_space, name=name, storage=storage, address=address, tracking_uri=tracking_uri
+        )
+    except (SpaceError, DataError, ValueError, FileNotFoundError, LookupError) as exc:
+        raise _fail(str(exc)) from exc
+    except SweepInterrupted as exc:
+        typer.secho(str(exc), fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(code=130) from exc
+    console = Console()
+    runs, metrics = sweep_runs(result.name, tracking_uri=tracking_uri)
+    console.print(comparison_table(comparison_frame(runs, metrics), f"sweep {result.name}"))
+    for _, row in result.failed.iterrows():
+        console.print(f"[red]trial {row['trial_id']} ({row['run_name']}) failed[/red]: "
+                      f"{row['error'] or row['status']}", soft_wrap=True)  # fmt: skip
+    if result.best is not None:
+        console.print(
+            f"best by {search_space.objective.mode} {search_space.objective.label}: "
+            f"{result.best['run_name']}"
+        )
+    console.print(
+        f"MLflow: parent run {result.parent_run_id} in experiment {result.experiment} "
+        f"({', '.join(result.artifacts)}); `xmr compare --sweep {result.name}` shows this again",
+        soft_wrap=True,
+    )
+    if len(result.failed):
+        raise typer.Exit(code=1)
+
+
+@app.command("compare")
+def compare_command(
+    sweep: Annotated[str | None, typer.Option(help="A sweep's name (xmr.sweep_id).")] = None,
+    experiment: Annotated[
+        str | None, typer.Option(help="An experiment, e.g. xmr/train/toyworld.")
+    ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated metric names (default: the sweep's, or test/...@10)."),
+    ] = None,
+    csv: Annotated[Path | None, typer.Option(help="Also write the table as CSV here.")] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(help="MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db)."),
+    ] = None,
+) -> None:
+    """Compare runs in the terminal: a sweep's trials, or an experiment's runs."""
+    from rich.console import Console
+
+    from xmr.compare import comparison_frame, comparison_table, experiment_runs, sweep_runs
+
+    if (sweep is None) == (experiment is None):
+        raise _fail("give exactly one of --sweep or --experiment")
+    chosen = [m.strip() for m in (metrics or "").split(",") if m.strip()]
+    try:
+        if sweep is not None:
+            runs, sweep_metrics = sweep_runs(sweep, tracking_uri=tracking_uri)
+            frame = comparison_frame(runs, chosen or sweep_metrics)
+            title = f"sweep {sweep}"
+        else:
+            frame = comparison_frame(experiment_runs(experiment, tracking_uri=tracking_uri), chosen)
+            title = f"experiment {experiment}"
+    except LookupError as exc:
+        raise _fail(str(exc)) from exc
+    Console().print(comparison_table(frame, f"{title}: {len(frame)} runs"))
+    if csv:
+        frame.to_csv(csv, index=False)
+        typer.echo(f"wrote {csv}")
 
 
 @app.command("demo")

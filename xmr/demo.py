@@ -19,8 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xmr.data.default_world import default_toyworld
-from xmr.synth.build import synthesize
-from xmr.synth.config import load_configs
+from xmr.synth.build import synthesize_defaults
 from xmr.train.config import resolve_config
 from xmr.train.run import TrainResult, train
 
@@ -55,12 +54,7 @@ def run_demo(
     world = data or default_toyworld(seed, progress=progress)
     console.rule("1/3  D′: remove co-occurring objects from the train split")
     dprime = workdir / "dprime"
-    synth_config, runtime = load_configs(
-        None,
-        {"data": world, "out": dprime, "seed": seed, "progress": progress, "address": address,
-         "tracking_uri": tracking_uri, "log_mlflow": False},
-    )  # fmt: skip
-    synthesize(synth_config, runtime)
+    synthesize_defaults(world, dprime, seed=seed, address=address, progress=progress)
     runs: dict[str, TrainResult] = {}
     for step, (condition, synth) in enumerate(CONDITIONS.items(), start=2):
         console.rule(f"{step}/3  train xmr-tiny CLIP on {condition}")

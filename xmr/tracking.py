@@ -18,6 +18,7 @@ from pathlib import Path
 import mlflow
 
 DEFAULT_DB = "mlflow.db"
+PARENT_TAG = "mlflow.parentRunId"  # how MLflow (and its UI) nests a run under another
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -45,12 +46,26 @@ def start_run(
     run_name: str | None = None,
     tracking_uri: str | None = None,
     tags: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
-    """Open an MLflow run in ``experiment`` (created on first use) on the resolved store."""
+    """Open an MLflow run in ``experiment`` (created on first use) on the resolved store.
+
+    ``parent_run_id``: nest the run under that one (a sweep's trial under its sweep; the parent
+    must be in the same experiment for the UI to group them).
+    """
     uri = resolve_tracking_uri(tracking_uri)
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment, artifact_location=_artifact_location(uri, experiment))
+        try:
+            mlflow.create_experiment(
+                experiment, artifact_location=_artifact_location(uri, experiment)
+            )
+        except mlflow.exceptions.MlflowException:  # created meanwhile by a concurrent trial
+            if mlflow.get_experiment_by_name(experiment) is None:
+                raise
     mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
+    tags = dict(tags or {})
+    if parent_run_id:
+        tags[PARENT_TAG] = parent_run_id
+    with mlflow.start_run(run_name=run_name, tags=tags) as run:
         yield run

@@ -90,8 +90,17 @@ def clip_dims(
         raise ValueError(f"m={m!r} but the features have {dims} dims (need 0 <= m < {dims})")
     if m == 0:
         return np.empty(0, np.int64)
-    scores = function(features, labels, **estimator_params)
-    return np.argsort(-scores, kind="stable")[:m].astype(np.int64)
+    return top_dims(function(features, labels, **estimator_params), m)
+
+
+def top_dims(scores: np.ndarray, m: int) -> np.ndarray:
+    """The ``m`` dimensions with the highest ``scores`` ``[D]`` (MI from :func:`clip_scores`),
+    int64 ``[m]``, highest first, ties in increasing index order. ``ValueError`` unless
+    ``0 <= m < D``."""
+    dims = len(scores)
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or not 0 <= m < dims:
+        raise ValueError(f"m={m!r} but the features have {dims} dims (need 0 <= m < {dims})")
+    return np.argsort(-np.asarray(scores), kind="stable")[:m].astype(np.int64)
 
 
 def apply_clip(features: object, indices: object, *, renormalize: bool = False) -> np.ndarray:

@@ -47,6 +47,18 @@ def print_report(result: EvalResult, config: EvalConfig, console: Console | None
     console.print(metrics_table(result, config.ks))
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
     console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s[/dim]")
+    if result.clip is not None:
+        clip = result.clip
+        shown = ", ".join(map(str, clip.indices[:12])) + (" ..." if len(clip.indices) > 12 else "")
+        console.print(
+            f"CLIP-clip: dropped {len(clip.indices)} dims by {clip.estimator} MI on "
+            f"{clip.mi_images} {clip.mi_split} images ({shown})"
+        )
+        if clip.mi_split == config.split:
+            console.print(
+                f"[yellow]warning[/yellow]: the MI was estimated on the scored split "
+                f"({config.split}): its gender labels chose the dims, so Bias@K is optimistic"
+            )
     for issue in result.skipped[:10]:
         console.print(f"[yellow]skipped[/yellow] {issue.item}: {issue.reason}")
     if len(result.skipped) > 10:
@@ -98,14 +110,24 @@ def log_to_mlflow(
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval"},
     ) as run:
-        mlflow.log_params(result.params(config))
-        mlflow.log_metrics(result.metrics)
-        mlflow.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
-        mlflow.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
-        with tempfile.TemporaryDirectory() as tmp:
-            write_json(result, config, Path(tmp) / "metrics.json")
-            mlflow.log_artifact(str(Path(tmp) / "metrics.json"))
-            if result.examples:
-                save_example_grid(result.examples, Path(tmp) / "odmap_examples.png")
-                mlflow.log_artifact(str(Path(tmp) / "odmap_examples.png"))
+        log_result(result, config)
         return run.info.run_id
+
+
+def log_result(result: EvalResult, config: EvalConfig, *, examples: bool = True) -> None:
+    """Log an evaluation into the active MLflow run: params, metrics, counts and timings, the
+    metrics JSON, CLIP-clip's dimensions (``clip_dims.json``) and the ODmAP example grid."""
+    mlflow.log_params(result.params(config))
+    mlflow.log_metrics(result.metrics)
+    mlflow.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
+    mlflow.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        write_json(result, config, Path(tmp) / "metrics.json")
+        mlflow.log_artifact(str(Path(tmp) / "metrics.json"))
+        if result.clip is not None:
+            clip_file = Path(tmp) / "clip_dims.json"
+            clip_file.write_text(json.dumps(result.clip.to_json(), indent=2) + "\n")
+            mlflow.log_artifact(str(clip_file))
+        if examples and result.examples:
+            save_example_grid(result.examples, Path(tmp) / "odmap_examples.png")
+            mlflow.log_artifact(str(Path(tmp) / "odmap_examples.png"))

@@ -413,3 +413,26 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
         )
     write_json_atomic(manifest, out / MANIFEST)
     return SynthResult(out=out, manifest=manifest)
+
+
+def synthesize_defaults(
+    world: Path,
+    out: Path,
+    *,
+    seed: int = 0,
+    address: str | None = None,
+    progress: bool = True,
+) -> SynthResult:
+    """D′ of ``world``'s train split with every option at its default (box masks, Telea
+    inpainting, noun-phrase removal), into ``out``; resumes or reuses a finished build there.
+
+    What ``xmr demo`` and the ``synth_ratio`` sweep train on; not logged to MLflow.
+    """
+    from xmr.synth.config import load_configs
+
+    config, runtime = load_configs(
+        None,
+        {"data": world, "out": out, "seed": seed, "progress": progress, "address": address,
+         "log_mlflow": False},
+    )  # fmt: skip
+    return synthesize(config, runtime)

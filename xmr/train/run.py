@@ -90,7 +90,14 @@ def _copy_atomic(source: Path, target: Path) -> None:
     tmp.replace(target)
 
 
-def _mlflow_run(config: TrainConfig, run_dir: Path, tracking_uri: str, tags: dict[str, str]) -> str:
+def _mlflow_run(
+    config: TrainConfig,
+    run_dir: Path,
+    tracking_uri: str,
+    tags: dict[str, str],
+    experiment: str,
+    parent_run_id: str | None,
+) -> str:
     """The MLflow run of ``run_dir``: the one a previous attempt started, or a new one."""
     record = run_dir / RUN_FILE
     if record.is_file():
@@ -98,10 +105,11 @@ def _mlflow_run(config: TrainConfig, run_dir: Path, tracking_uri: str, tags: dic
         if saved.get("tracking_uri") == tracking_uri:
             return saved["mlflow_run_id"]
     with start_run(
-        f"xmr/train/{config.dataset}",
+        experiment,
         run_name=config.name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "train", "xmr.run_dir": str(run_dir), **tags},
+        parent_run_id=parent_run_id,
     ) as run:
         mlflow.log_params(config.params())
         run_id = run.info.run_id
@@ -155,10 +163,15 @@ def train(
     address: str | None = None,
     tracking_uri: str | None = None,
     tags: dict[str, str] | None = None,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
+    callbacks: list[ray.train.UserCallback] | None = None,
 ) -> TrainResult:
     """Train ``config`` on Ray Train and return the final metrics and checkpoint paths.
 
-    ``tags`` are added to the MLflow run when it is created.
+    ``tags`` are added to the MLflow run when it is created, in ``experiment`` (default
+    ``xmr/train/<dataset>``), nested under ``parent_run_id`` when given (a sweep's trial).
+    ``callbacks`` join the run's Ray Train callbacks (a Tune trial forwards reports to Tune).
 
     Raises:
         ValueError / FileNotFoundError: bad config or data, before any worker starts.
@@ -180,7 +193,8 @@ def train(
         )
 
     uri = resolve_tracking_uri(tracking_uri)
-    run_id = _mlflow_run(config, run_dir, uri, dict(tags or {}))
+    experiment = experiment or f"xmr/train/{config.dataset}"
+    run_id = _mlflow_run(config, run_dir, uri, dict(tags or {}), experiment, parent_run_id)
     client = mlflow.MlflowClient(uri)
     params = {
         "data.pairs_original": str(data.original),
@@ -216,7 +230,7 @@ def train(
             storage_path=str(config.storage),
             failure_config=ray.train.FailureConfig(max_failures=config.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-            callbacks=[MlflowReporter(uri, run_id, run_dir)],
+            callbacks=[MlflowReporter(uri, run_id, run_dir), *(callbacks or [])],
         ),
         datasets={"train": ray.data.from_arrow(data.table)},
         dataset_config=ray.train.DataConfig(

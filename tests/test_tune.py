@@ -1,0 +1,367 @@
+"""``xmr tune`` and ``xmr compare``: spaces, Pareto fronts, sweeps on Ray Tune logged to MLflow.
+
+The sweeps run for real: local Ray, Tune trials that train with Ray Train or score a split
+encoded once, MLflow on a sqlite store and on a real ``mlflow server`` on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+from typer.testing import CliRunner
+
+from xmr.cli import app
+from xmr.tune import SpaceError, load_space, shipped_spaces
+from xmr.tune.pareto import pareto_front
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --- spaces ----------------------------------------------------------------------------------
+
+
+def test_the_shipped_spaces_load() -> None:
+    assert {"fair_alpha", "clip_m", "synth_ratio"} <= set(shipped_spaces())
+    fair = load_space("fair_alpha")
+    assert fair.command == "train" and fair.params["fair_alpha"].values[0] == 0.0
+    assert fair.pareto == (("test/recall_t2i_at_10", "test/bias_at_10"),)
+    clip = load_space("clip_m")
+    assert clip.command == "eval" and clip.fixed["mi_split"] == "train"
+    ratio = load_space("synth_ratio")
+    assert ratio.pareto == (("test/recall_t2i_at_1", "test/odmap_at_1"),)
+
+
+_VALID = {
+    "command": "train",
+    "params": {"fair_alpha": {"grid": [0.0, 1.0]}},
+    "metrics": [{"name": "test/bias_at_10", "mode": "min", "abs": True}],
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"command": "predict"}, "`command` must be one of"),
+        ({"params": {"fair_alfa": {"grid": [0.0]}}}, "unknown train option 'fair_alfa'"),
+        ({"fixed": {"name": "x"}}, "'name' (set by xmr tune)"),
+        ({"params": {"lr": {"uniform": [0.1]}}}, "takes [low, high]"),
+        ({"params": {"lr": {"loguniform": [0.0, 1.0]}}}, "needs low > 0"),
+        ({"params": {"lr": {"normal": [0, 1]}}}, "unknown domain 'normal'"),
+        ({"params": {"lr": {"uniform": [1e-4, 1e-3]}}}, "search: grid needs grid domains"),
+        ({"search": "optuna"}, "optuna cannot sample grid domains"),
+        ({"search": "bayes"}, "`search` must be one of"),
+        ({"pareto": [["test/recall_t2i_at_10", "test/bias_at_10"]]}, "is not in `metrics`"),
+        ({"metrics": []}, "`metrics` is empty"),
+        ({"scheduler": {"name": "asha", "metric": "val/recall_t2i_at_10"}}, "set eval_every"),
+        ({"resources": {"cpu": 2}}, "resources take cpus and gpus"),
+        ({"fixed": {"epochs": 2}, "params": {"epochs": {"grid": [1, 2]}}}, "both fixed and swept"),
+        ({"command": "eval", "params": {"arch": {"grid": ["a"]}}}, "encodes the data once"),
+        ({"trials": 3}, "unknown keys ['trials']"),
+    ],
+)
+def test_a_bad_space_is_refused_with_what_is_wrong(
+    tmp_path: Path, change: dict, message: str
+) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump({**_VALID, **change}))
+    with pytest.raises(SpaceError) as info:
+        load_space(path)
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
+def test_cli_refuses_a_bad_space_before_anything_starts(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.yaml").write_text("command: train\nparams: {fair_alpha: [0, 1\n")
+    result = CliRunner().invoke(app, ["tune", "--space", "broken.yaml"])
+    assert result.exit_code == 2 and "broken.yaml: not valid YAML" in result.output
+    result = CliRunner().invoke(app, ["tune", "--space", "fair_alpha", "--set", "epoch=2"])
+    assert result.exit_code == 2 and "unknown train option 'epoch'" in result.output
+    result = CliRunner().invoke(app, ["tune", "--space", "no_such_space"])
+    assert result.exit_code == 2 and "fair_alpha" in result.output  # lists the shipped ones
+    result = CliRunner().invoke(
+        app, ["tune", "--space", "fair_alpha", "--set", "fair_alpha=2", "--set", "epochs=1"]
+    )
+    assert result.exit_code == 2 and "both fixed and swept" in result.output
+    result = CliRunner().invoke(app, ["tune", "--space", "fair_alpha", "--set", "lr=-1"])
+    assert result.exit_code == 2 and "--lr must be > 0" in result.output
+    assert not (tmp_path / "mlflow.db").exists()  # nothing was logged, nothing started
+
+
+# --- Pareto fronts ---------------------------------------------------------------------------
+
+
+def test_pareto_front_keeps_the_non_dominated_trials() -> None:
+    # (recall: max, |bias|: min)
+    values = np.array(
+        [
+            [0.90, 0.30],  # best recall: on the front
+            [0.80, 0.10],  # on the front
+            [0.70, 0.20],  # dominated by row 1
+            [0.60, 0.05],  # lowest bias: on the front
+            [0.80, 0.10],  # equal to row 1: also on the front
+            [np.nan, 0.0],  # unmeasured: never on the front, dominates nothing
+        ]
+    )
+    front = pareto_front(values, ("max", "min"))
+    assert front.tolist() == [True, True, False, True, True, False]
+    assert pareto_front(values[:4], ("min", "max")).tolist() == [True, False, True, True]
+    with pytest.raises(ValueError, match="do not match"):
+        pareto_front(values, ("max",))
+
+
+# --- sweeps ----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 (sqlite store, proxied artifacts); stopped at the
+    end."""
+    import requests
+
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+         "--artifacts-destination", str(root / "artifacts")],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=(root / "server.log").open("w"),
+    )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(f"{uri}/health", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((root / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield uri
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def tune_world(tmp_path_factory) -> Path:
+    """A ToyWorld with gendered people in every split (train 120, val 16, test 24)."""
+    from xmr.data.toyworld import generate
+
+    config = tmp_path_factory.mktemp("tune-world-config") / "world.yaml"
+    config.write_text("splits: {train: 120, val: 16, test: 24}\n")
+    return generate(tmp_path_factory.mktemp("tune-world") / "w", config, seed=3)
+
+
+def _clip_space(path: Path, world: Path, ms: list[int]) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "description": "CLIP-clip m on a small world",
+                "command": "eval",
+                "fixed": {"data": str(world), "pretrained": "none", "metrics": "recall,bias"},
+                "params": {"clip_m": {"grid": ms}},
+                "metrics": [
+                    {"name": "test/bias_at_10", "mode": "min", "abs": True},
+                    {"name": "test/recall_t2i_at_10", "mode": "max"},
+                ],
+                "pareto": [["test/recall_t2i_at_10", "test/bias_at_10"]],
+                "resources": {"cpus": 1},
+            }
+        )
+    )
+    return path
+
+
+def _children(client: mlflow.MlflowClient, parent) -> list:
+    return client.search_runs(
+        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["mlflow server", "sqlite default"])
+def test_a_clip_sweep_logs_parent_children_and_pareto_and_survives_a_failed_trial(
+    local_ray, tune_world, tmp_path, monkeypatch, request, store
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    args = []
+    if store == "mlflow server":
+        uri = request.getfixturevalue("mlflow_server")
+        args = ["--tracking-uri", uri]
+    else:
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # what the CLI picks in this folder
+    space = _clip_space(tmp_path / "clipm.yaml", tune_world, [0, 16, 64, 1000])
+    command = ["tune", "--space", str(space), "--name", "small-clip", *args]
+
+    result = CliRunner().invoke(app, command)
+    # m = 1000 is more than the model's 128 dims: that trial fails, the sweep finishes.
+    assert result.exit_code == 1, result.output
+    assert "failed" in result.output and "m=1000 but the features have 128 dims" in result.output
+    assert "xmr compare --sweep small-clip" in result.output
+    if store == "sqlite default":
+        assert (tmp_path / "mlflow.db").is_file()
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/tune/clipm")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`xmr.command` = 'tune'")
+    assert parent.info.run_name == "small-clip" and parent.info.status == "FINISHED"
+    assert parent.data.tags["xmr.sweep_id"] == "small-clip"
+    assert parent.data.params["sweep.swept"] == "clip_m"
+    assert parent.data.metrics["sweep/trials"] == 4 and parent.data.metrics["sweep/failed"] == 1
+    children = _children(client, parent)
+    by_m = {int(run.data.params.get("clip.m", "1000")): run for run in children}
+    assert sorted(by_m) == [0, 16, 64, 1000] and len(children) == 4
+    for m in (0, 16, 64):
+        run = by_m[m]
+        assert run.info.status == "FINISHED" and run.info.run_name == f"clip_m={m}"
+        assert run.data.params["model.family"] == "clip"  # namespaced like `xmr eval`
+        assert run.data.params["clip.mi_split"] == "train"
+        assert {"test/bias_at_10", "test/recall_t2i_at_10"} <= set(run.data.metrics)
+        assert not any(k.startswith(("config/", "time_", "training_")) for k in run.data.metrics)
+        assert run.data.tags["xmr.sweep_id"] == "small-clip"
+    failed = by_m[1000]
+    assert failed.info.status == "FAILED"
+    assert "m=1000 but the features have 128 dims" in failed.data.tags["xmr.error"]
+    # Clipped dims are an artifact of each clipped trial.
+    local = Path(client.download_artifacts(by_m[16].info.run_id, "clip_dims.json", str(tmp_path)))
+    clipped = json.loads(local.read_text())
+    assert clipped["m"] == 16 and len(set(clipped["indices"])) == 16
+    assert clipped["mi_split"] == "train" and clipped["mi_images"] == 120
+
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    plot = "pareto_test_recall_t2i_at_10_vs_test_bias_at_10.png"
+    assert {"space.yaml", "trials.csv", "best_config.json", plot} <= artifacts
+    folder = tmp_path / "parent"
+    folder.mkdir()
+    with Image.open(client.download_artifacts(parent.info.run_id, plot, str(folder))) as image:
+        assert image.format == "PNG" and image.width > 300
+    trials = pd.read_csv(client.download_artifacts(parent.info.run_id, "trials.csv", str(folder)))
+    assert len(trials) == 4 and sorted(trials["status"]) == ["FAILED", *["FINISHED"] * 3]
+    best = json.loads(
+        Path(
+            client.download_artifacts(parent.info.run_id, "best_config.json", str(folder))
+        ).read_text()
+    )
+    finished = trials[trials.status == "FINISHED"]
+    assert best["metrics"]["test/bias_at_10"] == pytest.approx(
+        finished["test/bias_at_10"].abs().min()
+    )
+    # Unclipped and clipped scores differ: the sweep really varied m.
+    assert len(set(finished["test/recall_t2i_at_10"].round(6))) > 1
+
+    # Same name again: resumes the finished sweep (no trial reruns, no new runs).
+    again = CliRunner().invoke(app, command)
+    assert again.exit_code == 1 and "resuming sweep small-clip" in again.output
+    assert len(client.search_runs([experiment.experiment_id], "")) == 5
+    assert {r.info.run_id for r in _children(client, parent)} == {r.info.run_id for r in children}
+
+    shown = CliRunner().invoke(app, ["compare", "--sweep", "small-clip", *args])
+    assert shown.exit_code == 0, shown.output
+    assert "clip_m=64" in shown.output and "bias_at_10" in shown.output
+
+
+def _run_ids_by_trial(db: Path) -> dict[str, tuple[str, str]]:
+    """trial id -> (run id, status), read straight from the sqlite store."""
+    if not db.is_file():
+        return {}
+    try:
+        with sqlite3.connect(db, timeout=1) as con:
+            rows = con.execute(
+                "select t.value, r.run_uuid, r.status from tags t join runs r "
+                "on t.run_uuid = r.run_uuid where t.key = 'xmr.trial_id'"
+            ).fetchall()
+    except sqlite3.OperationalError:  # tables not created yet, or locked
+        return {}
+    return {trial: (run, status) for trial, run, status in rows}
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_where_it_stopped(tune_world, tmp_path) -> None:
+    """Ctrl-C in the middle of a sweep, then the same command: the finished trials are kept,
+    the rest run, and every trial has exactly one child run."""
+    space = _clip_space(tmp_path / "clipm.yaml", tune_world, [0, 4, 8, 12, 16, 24, 32, 48])
+    db = tmp_path / "mlflow.db"
+    command = [
+        *(sys.executable, "-m", "xmr.cli", "tune", "--space", str(space)),
+        *("--name", "interrupted", "--max-concurrent", "1", "--tracking-uri", f"sqlite:///{db}"),
+    ]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while sum(s == "FINISHED" for _, s in _run_ids_by_trial(db).values()) < 2:
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "no trial finished in 5 minutes"
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=120) == 130
+    assert "rerun the same command to resume it" in (tmp_path / "first.log").read_text()
+    before = _run_ids_by_trial(db)
+    done_before = {t: run for t, (run, status) in before.items() if status == "FINISHED"}
+    assert 2 <= len(done_before) < 8, before
+
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "resuming sweep interrupted" in second.stdout
+    after = _run_ids_by_trial(db)
+    assert len(after) == 8 and all(status == "FINISHED" for _, status in after.values())
+    for trial, run in done_before.items():
+        assert after[trial][0] == run  # kept, not rerun into a new child run
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    experiment = client.get_experiment_by_name("xmr/tune/clipm")
+    assert len(client.search_runs([experiment.experiment_id], "")) == 9  # 1 parent + 8 trials
+
+
+@pytest.mark.slow
+def test_a_fair_alpha_sweep_trains_each_trial_on_ray_train(local_ray, tune_world, tmp_path):
+    space = tmp_path / "alpha.yaml"
+    spec = yaml.safe_load((REPO / "tune_spaces" / "fair_alpha.yaml").read_text())
+    spec["fixed"].update({"data": str(tune_world), "epochs": 1, "batch_size": 16})
+    spec["params"]["fair_alpha"] = {"grid": [0.0, 0.5, 1.0]}
+    space.write_text(yaml.safe_dump(spec))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = CliRunner().invoke(
+        app, ["tune", "--space", str(space), "--name", "alpha", "--tracking-uri", uri,
+              "--storage", str(tmp_path / "sweeps")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/tune/alpha")
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`xmr.command` = 'tune'")
+    children = _children(client, parent)
+    assert sorted(r.data.params["loss.fair_alpha"] for r in children) == ["0.0", "0.5", "1.0"]
+    for run in children:
+        assert run.info.status == "FINISHED" and run.data.tags["xmr.command"] == "train"
+        history = client.get_metric_history(run.info.run_id, "train/loss")
+        assert [m.step for m in history] == [1]  # logged per epoch by the training run itself
+        assert "final/test/bias_at_10" in run.data.metrics
+        run_dir = Path(run.data.tags["xmr.run_dir"])
+        assert (run_dir / "last.pt").is_file() and run_dir.parent == tmp_path / "sweeps/alpha/runs"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert "pareto_test_recall_t2i_at_10_vs_test_bias_at_10.png" in artifacts
+    assert parent.data.tags["xmr.pareto_front"]

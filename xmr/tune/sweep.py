@@ -1,0 +1,466 @@
+"""``xmr tune``: run a :class:`~xmr.tune.space.SearchSpace` on Ray Tune and log it to MLflow.
+
+Layout of a sweep under ``storage/name`` (Ray Tune's experiment folder)::
+
+    xmr_sweep.json    the space, the MLflow parent run id (a rerun resumes both)
+    runs/             training trials' runs (checkpoints, last.pt), one per trial
+    base/             eval sweeps: the model trained to be evaluated, when none was given
+    dprime/           training sweeps with ``synth: default``: D′ of the embedded ToyWorld
+
+MLflow: one parent run per sweep in experiment ``xmr/tune/<space>`` (tags ``xmr.sweep_id``,
+the space YAML as ``space.yaml``) and one child run per trial. When the sweep ends the parent
+holds ``best_config.json``, ``trials.csv`` and one ``pareto_<x>_vs_<y>.png`` per pair of
+metrics in the space, plus the best trial's metrics as ``best/...``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+import ray
+import yaml
+from ray import tune
+
+from xmr.pipeline.ray_executor import init_ray
+from xmr.tracking import resolve_tracking_uri, start_run
+from xmr.tune.pareto import pareto_front, plot_pareto
+from xmr.tune.space import SearchSpace, SpaceError
+from xmr.tune.trials import OBJECTIVE, SweepContext, eval_trial, train_trial
+
+SWEEP_FILE = "xmr_sweep.json"
+DRIVER_CPU = 0.01  # a training trial's own process: it only drives its TorchTrainer
+DEFAULT_SYNTH = "default"  # `synth: default`: D′ of the embedded ToyWorld, built on first use
+
+
+class SweepInterrupted(RuntimeError):
+    """The sweep stopped before every trial ran (Ctrl-C); its state is saved to resume."""
+
+
+@dataclass
+class SweepResult:
+    """One row per trial (``trials``), the best trial's row, the parent run and folder."""
+
+    name: str
+    parent_run_id: str
+    experiment: str
+    trials: pd.DataFrame
+    best: dict[str, Any] | None
+    path: Path
+    artifacts: list[str]
+
+    @property
+    def failed(self) -> pd.DataFrame:
+        return self.trials[self.trials["status"] != "FINISHED"]
+
+
+def space_digest(space: SearchSpace) -> str:
+    """Hash of what decides the trials (fixed options, domains, search, metrics)."""
+    keep = {
+        "command": space.command,
+        "fixed": space.fixed,
+        "params": {k: [d.kind, list(d.values)] for k, d in space.params.items()},
+        "search": space.search,
+        "scheduler": space.scheduler.__dict__,
+        "num_samples": space.num_samples,
+        "base_model": space.base_model,
+        "metrics": [m.__dict__ for m in space.metrics],
+    }
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def default_sweep_name(space: SearchSpace) -> str:
+    return f"{space.name}-{space_digest(space)}"
+
+
+def space_yaml(space: SearchSpace) -> str:
+    """The space as it runs (command-line overrides applied), as YAML."""
+    data = {
+        "description": space.description,
+        "command": space.command,
+        "fixed": {k: str(v) if isinstance(v, Path) else v for k, v in space.fixed.items()},
+        "params": {k: {d.kind: list(d.values)} for k, d in space.params.items()},
+        "search": space.search,
+        "scheduler": "none" if space.scheduler.name == "none" else space.scheduler.__dict__,
+        "metrics": [m.__dict__ for m in space.metrics],
+        "pareto": [list(p) for p in space.pareto],
+        "resources": {"cpus": space.cpus, "gpus": space.gpus},
+        "num_samples": space.num_samples,
+        "max_concurrent": space.max_concurrent,
+        "base_model": space.base_model,
+    }
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _check_dry(space: SearchSpace) -> None:
+    """Build one trial's config so bad option values fail before anything starts."""
+    options = dict(space.example_trial())
+    try:
+        if space.command == "train":
+            from xmr.train.config import resolve_config
+
+            if options.get("synth") == DEFAULT_SYNTH:
+                options["synth"] = Path(".")  # stands in for the D′ built later
+            options.pop("workers", None)
+            resolve_config(options.pop("model", "clip"), **options)
+        else:
+            from xmr.eval.evaluate import eval_config
+
+            if "checkpoint" in options and not Path(options["checkpoint"]).is_file():
+                raise FileNotFoundError(f"checkpoint {options['checkpoint']} does not exist")
+            if "checkpoint" in options or "pretrained" in options:
+                eval_config(**options)
+    except (TypeError, ValueError, FileNotFoundError, LookupError) as exc:
+        raise SpaceError(f"{space.origin}: a trial's options are invalid: {exc}") from exc
+
+
+def _parent_run(space: SearchSpace, name: str, sweep_dir: Path, uri: str) -> str:
+    """The sweep's MLflow parent run: the one a previous attempt started, or a new one."""
+    record = sweep_dir / SWEEP_FILE
+    digest = space_digest(space)
+    if record.is_file():
+        saved = json.loads(record.read_text())
+        if saved["space_digest"] != digest:
+            raise SpaceError(
+                f"{sweep_dir} holds sweep {name!r} of another space ({saved['space_digest']} "
+                f"vs {digest}); use another --name, or the same space to resume it"
+            )
+        if saved.get("tracking_uri") == uri:
+            mlflow.MlflowClient(uri).set_terminated(saved["parent_run_id"], "RUNNING")
+            return saved["parent_run_id"]
+    with start_run(
+        f"xmr/tune/{space.name}",
+        run_name=name,
+        tracking_uri=uri,
+        tags={
+            "xmr.command": "tune",
+            "xmr.sweep_id": name,
+            "xmr.space": space.name,
+            "xmr.metrics": ",".join(m.name for m in space.metrics),
+            "mlflow.note.content": space.description,
+        },
+    ) as run:
+        mlflow.log_params(
+            {
+                "sweep.command": space.command,
+                "sweep.search": space.search,
+                "sweep.scheduler": space.scheduler.name,
+                "sweep.swept": ",".join(space.params),
+                "sweep.objective": space.objective.label,
+                "sweep.objective_mode": space.objective.mode,
+                "sweep.num_samples": str(space.num_samples),
+                "sweep.cpus_per_trial": str(space.cpus),
+                "sweep.gpus_per_trial": str(space.gpus),
+                **{f"sweep.fixed.{k}": str(v) for k, v in space.fixed.items()},
+            }
+        )
+        mlflow.log_text(space_yaml(space), "space.yaml")
+        run_id = run.info.run_id
+    mlflow.MlflowClient(uri).set_terminated(run_id, "RUNNING")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    record.write_text(
+        json.dumps(
+            {"space_digest": digest, "space": space_yaml(space), "parent_run_id": run_id,
+             "tracking_uri": uri},
+            indent=2,
+        )
+    )  # fmt: skip
+    return run_id
+
+
+def _prepare_inputs(
+    space: SearchSpace, sweep_dir: Path, name: str, uri: str, address: str | None
+) -> SearchSpace:
+    """Build what the space leaves to xmr: D′ for ``synth: default``, the model an eval sweep
+    evaluates when it names none (``base_model``, trained with ``xmr train``)."""
+    fixed = dict(space.fixed)
+    if space.command == "train" and fixed.get("synth") == DEFAULT_SYNTH:
+        from xmr.data.default_world import default_toyworld
+        from xmr.synth.build import synthesize_defaults
+
+        if fixed.get("dataset", "toyworld") != "toyworld" or fixed.get("data"):
+            raise SpaceError(f"{space.name}: synth: default is D′ of the embedded ToyWorld only")
+        seed = int(fixed.get("seed", 0))
+        dprime = sweep_dir / "dprime"
+        synthesize_defaults(default_toyworld(seed), dprime, seed=seed, address=address)
+        fixed["synth"] = str(dprime)
+    if space.command == "eval" and "checkpoint" not in fixed and "pretrained" not in fixed:
+        if not space.base_model:
+            raise SpaceError(
+                f"{space.name}: an eval sweep needs a model: --set checkpoint=PATH, "
+                "--set pretrained=TAG, or a base_model section to train one"
+            )
+        from xmr.train.config import resolve_config
+        from xmr.train.run import train
+
+        options = dict(space.base_model)
+        for key in ("dataset", "data", "seed"):
+            if key in fixed:
+                options.setdefault(key, fixed[key])
+        config = resolve_config(
+            options.pop("model", "clip"), name="base", storage=sweep_dir / "base", **options
+        )
+        print(f"training the model this sweep evaluates ({config.name}, {config.epochs} epochs)")
+        result = train(
+            config,
+            address=address,
+            tracking_uri=uri,
+            tags={"xmr.sweep_id": name, "xmr.role": "base_model"},
+        )
+        fixed["checkpoint"] = str(result.last_checkpoint)
+    return space.with_overrides(fixed=fixed) if fixed != space.fixed else space
+
+
+def _trainable(space: SearchSpace, context: SweepContext, address: str | None) -> Any:
+    if space.command == "train":
+        # The trial only drives a TorchTrainer, whose workers hold the CPUs and GPUs; Tune
+        # needs a non-empty request, so the driver asks for a sliver of a CPU.
+        return tune.with_resources(partial(train_trial, context=context), {"CPU": DRIVER_CPU})
+    from xmr.eval.evaluate import encode, eval_config
+
+    config = eval_config(**space.example_trial()).encoding()
+    print(f"encoding {config.dataset}/{config.split} once for every trial")
+    encoded = encode(config, address=address, mi_features=True)
+    trainable = tune.with_parameters(eval_trial, context=context, encoded=encoded)
+    return tune.with_resources(trainable, {"CPU": space.cpus, "GPU": space.gpus})
+
+
+def _tune_config(space: SearchSpace, max_concurrent: int | None) -> tune.TuneConfig:
+    search_alg = None
+    scheduler = None
+    metric, mode = None, None  # grid and random need none: the sweep picks the best itself
+    if space.search == "optuna":
+        metric, mode = OBJECTIVE, space.objective.mode
+    if space.scheduler.name == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        metric, mode = space.scheduler.metric, space.scheduler.mode
+        scheduler = ASHAScheduler(
+            grace_period=space.scheduler.grace_period,
+            reduction_factor=space.scheduler.reduction_factor,
+        )
+    if space.search == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        search_alg = OptunaSearch(seed=int(space.fixed.get("seed", 0)))
+    return tune.TuneConfig(
+        metric=metric,
+        mode=mode,
+        search_alg=search_alg,
+        scheduler=scheduler,
+        num_samples=space.num_samples,
+        max_concurrent_trials=max_concurrent,
+        trial_name_creator=lambda trial: f"trial_{trial.trial_id}",
+        trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}",
+    )
+
+
+def _default_concurrency(space: SearchSpace) -> int | None:
+    """Training trials: as many as the cluster's CPUs (and GPUs) fit; eval trials: Tune's own."""
+    if space.command != "train":
+        return None
+    resources = ray.cluster_resources()
+    fits = [int(resources.get("CPU", 1) // max(space.cpus, 1))]
+    if space.gpus:
+        fits.append(int(resources.get("GPU", 0) // space.gpus))
+    return max(1, min(fits))
+
+
+def run_sweep(
+    space: SearchSpace,
+    *,
+    name: str | None = None,
+    storage: Path = Path("xmr_tune"),
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    max_concurrent: int | None = None,
+) -> SweepResult:
+    """Run (or resume, same ``name`` and ``storage``) a sweep; trials that raise are reported
+    in the result and the parent run, and the others go on.
+
+    Raises:
+        SpaceError: the space cannot run (checked before Ray starts).
+    """
+    _check_dry(space)
+    name = name or default_sweep_name(space)
+    sweep_dir = (Path(storage) / name).resolve()
+    uri = resolve_tracking_uri(tracking_uri)
+    parent_run_id = _parent_run(space, name, sweep_dir, uri)
+    experiment = f"xmr/tune/{space.name}"
+    try:
+        init_ray(address)  # Tune's trial table is the progress; worker logs stay in Ray's logs
+        space = _prepare_inputs(space, sweep_dir, name, uri, address)
+        context = SweepContext(
+            sweep_id=name,
+            experiment=experiment,
+            parent_run_id=parent_run_id,
+            tracking_uri=uri,
+            runs_dir=sweep_dir / "runs",
+            swept=tuple(space.params),
+            objective=space.objective.name,
+            objective_abs=space.objective.abs,
+            cpus_per_trial=space.cpus,
+            gpus_per_trial=space.gpus,
+            report_epochs=space.scheduler.name == "asha",
+        )
+        trainable = _trainable(space, context, address)
+        param_space = {**space.fixed, **{k: d.tune() for k, d in space.params.items()}}
+        concurrency = max_concurrent or space.max_concurrent or _default_concurrency(space)
+        if tune.Tuner.can_restore(sweep_dir):
+            print(f"resuming sweep {name} from {sweep_dir}")
+            tuner = tune.Tuner.restore(
+                str(sweep_dir), trainable, resume_errored=False, param_space=param_space
+            )
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space=param_space,
+                tune_config=_tune_config(space, concurrency),
+                run_config=tune.RunConfig(
+                    name=name,
+                    storage_path=str(sweep_dir.parent),
+                    failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+                    verbose=1,
+                ),
+            )
+        grid = tuner.fit()
+        trials = _trials_frame(space, grid, context)
+        ended = int(trials["status"].isin(["FINISHED", "FAILED"]).sum()) if len(trials) else 0
+        if ended < space.trial_count:  # Ctrl-C: Tune saved its state and stopped
+            mlflow.MlflowClient(uri).set_terminated(parent_run_id, "KILLED")
+            raise SweepInterrupted(
+                f"sweep {name} stopped after {ended} of {space.trial_count} trials; "
+                "rerun the same command to resume it"
+            )
+        best, artifacts = _finish(space, trials, name, uri, parent_run_id)
+    except SweepInterrupted:
+        raise
+    except BaseException:
+        mlflow.MlflowClient(uri).set_terminated(parent_run_id, "FAILED")
+        raise
+    return SweepResult(name, parent_run_id, experiment, trials, best, sweep_dir, artifacts)
+
+
+def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.DataFrame:
+    """One row per trial: id, child run, status, error, swept values, the space's metrics."""
+    client = mlflow.MlflowClient(context.tracking_uri)
+    experiment = client.get_experiment_by_name(context.experiment)
+    children = {
+        run.data.tags.get("xmr.trial_id"): run
+        for run in client.search_runs(
+            [experiment.experiment_id],
+            filter_string=f"tags.xmr.sweep_id = '{context.sweep_id}'",
+        )
+    }
+    rows = []
+    for result in grid:
+        trial_id = Path(result.path).name.removeprefix("trial_")
+        run = children.get(trial_id)
+        metrics = result.metrics or {}
+        config = result.config or {}
+        row: dict[str, Any] = {
+            "trial_id": trial_id,
+            "run_name": context.run_name(config),
+            "mlflow_run_id": run.info.run_id if run else "",
+            "status": "FAILED" if result.error else ("FINISHED" if metrics else "UNFINISHED"),
+            "error": _error_reason(result.error, run) if result.error else "",
+        }
+        for key in space.params:
+            row[key] = config.get(key)
+        for objective in space.metrics:
+            value = metrics.get(objective.name)
+            row[objective.name] = float(value) if _finite(value) else math.nan
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.sort_values([*space.params, "trial_id"], kind="stable").reset_index(drop=True)
+    return frame
+
+
+def _error_reason(error: BaseException, run: Any) -> str:
+    """Why a trial failed: the reason its child run recorded, else the error's last line."""
+    if run is not None and run.data.tags.get("xmr.error"):
+        return run.data.tags["xmr.error"]
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(error).__name__)[:500]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _finish(
+    space: SearchSpace, trials: pd.DataFrame, name: str, uri: str, parent_run_id: str
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Log the sweep's outcome into the parent run and close it."""
+    client = mlflow.MlflowClient(uri)
+    objective = space.objective
+    done = trials[trials["status"] == "FINISHED"] if not trials.empty else trials
+    best = None
+    if not done.empty and done[objective.name].notna().any():
+        score = done[objective.name].map(objective.value)
+        index = score.idxmax() if objective.mode == "max" else score.idxmin()
+        best = trials.loc[index].to_dict()
+    artifacts = ["trials.csv"]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        trials.to_csv(folder / "trials.csv", index=False)
+        client.log_artifact(parent_run_id, str(folder / "trials.csv"))
+        if best is not None:
+            payload = {
+                "trial_id": best["trial_id"],
+                "mlflow_run_id": best["mlflow_run_id"],
+                "selected_by": f"{objective.mode} {objective.label}",
+                "config": {**space.fixed, **{k: best[k] for k in space.params}},
+                "metrics": {m.name: best[m.name] for m in space.metrics},
+            }
+            (folder / "best_config.json").write_text(
+                json.dumps(payload, indent=2, default=str) + "\n"
+            )
+            client.log_artifact(parent_run_id, str(folder / "best_config.json"))
+            artifacts.append("best_config.json")
+            for m in space.metrics:
+                if _finite(best[m.name]):
+                    client.log_metric(parent_run_id, f"best/{m.name}", float(best[m.name]))
+        plotted = done.dropna(subset=[m.name for m in space.metrics]) if not done.empty else done
+        for x_name, y_name in space.pareto:
+            if len(plotted) < 1:
+                break
+            x, y = space.metric(x_name), space.metric(y_name)
+            file = f"pareto_{_slug(x_name)}_vs_{_slug(y_name)}.png"
+            labels = plotted["run_name"].tolist()
+            plot_pareto(
+                plotted,
+                x,
+                y,
+                labels=labels,
+                path=folder / file,
+                title=f"{name}: {len(plotted)} trials, front in red",
+            )
+            client.log_artifact(parent_run_id, str(folder / file))
+            artifacts.append(file)
+    for x_name, y_name in space.pareto[:1]:
+        if not plotted.empty:
+            x, y = space.metric(x_name), space.metric(y_name)
+            values = plotted[[x_name, y_name]].astype(float)
+            values = values.assign(**{x_name: values[x_name].map(x.value),
+                                      y_name: values[y_name].map(y.value)})  # fmt: skip
+            front = pareto_front(values.to_numpy(), (x.mode, y.mode))
+            client.set_tag(parent_run_id, "xmr.pareto_front", "; ".join(
+                plotted["run_name"][front].tolist()))  # fmt: skip
+    client.log_metric(parent_run_id, "sweep/trials", float(len(trials)))
+    client.log_metric(parent_run_id, "sweep/failed", float((trials["status"] == "FAILED").sum()))
+    client.set_terminated(parent_run_id, "FINISHED")
+    return best, artifacts
+
+
+def _slug(metric: str) -> str:
+    return metric.replace("/", "_")

@@ -1,0 +1,168 @@
+"""What one trial of a sweep runs: Ray Tune function trainables, one per swept command.
+
+- :func:`train_trial` trains with ``xmr train``'s code (a ``TorchTrainer`` inside the trial)
+  and forwards every epoch's report to Tune (for schedulers), then the final test metrics.
+- :func:`eval_trial` scores a split that the sweep encoded once (:func:`xmr.eval.evaluate.
+  encode`), e.g. under another CLIP-clip ``m``.
+
+Each trial is one MLflow child run under the sweep's parent run, named after its swept values
+and tagged ``xmr.sweep_id`` / ``xmr.trial_id``; its params and metrics are exactly those of
+``xmr train`` / ``xmr eval``. A rerun trial (a resumed sweep) continues its own child run.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from ray import tune
+
+from xmr.tracking import start_run
+
+OBJECTIVE = "objective"
+"""The key each trial reports for the search algorithm: the space's first metric (abs taken
+when the space says so)."""
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every trial of one sweep shares (sent to the trial actors)."""
+
+    sweep_id: str
+    experiment: str
+    parent_run_id: str
+    tracking_uri: str
+    runs_dir: Path  # training trials' run folders
+    swept: tuple[str, ...]  # the swept option names (for run names)
+    objective: str
+    objective_abs: bool
+    cpus_per_trial: float
+    gpus_per_trial: float
+    report_epochs: bool = False  # forward every epoch's metrics to Tune (for ASHA)
+
+    def run_name(self, options: dict[str, Any]) -> str:
+        """A trial's run name: its swept values (``fair_alpha=0.4``)."""
+        return ", ".join(f"{k}={_short(options.get(k, '?'))}" for k in self.swept)
+
+    def tags(self, trial_id: str) -> dict[str, str]:
+        return {"xmr.sweep_id": self.sweep_id, "xmr.trial_id": trial_id}
+
+    def objective_value(self, metrics: dict[str, Any]) -> dict[str, float]:
+        """``{OBJECTIVE: value}`` when the trial has the objective metric."""
+        value = metrics.get(self.objective)
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            return {}
+        return {OBJECTIVE: abs(value) if self.objective_abs else float(value)}
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _trial_id() -> str:
+    return tune.get_context().get_trial_id()
+
+
+def existing_child_run(context: SweepContext, trial_id: str) -> str | None:
+    """The child run a previous attempt of this trial started, if any."""
+    client = mlflow.MlflowClient(context.tracking_uri)
+    experiment = client.get_experiment_by_name(context.experiment)
+    if experiment is None:
+        return None
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.xmr.sweep_id = '{context.sweep_id}' "
+        f"and tags.xmr.trial_id = '{trial_id}'",
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def _record_failure(context: SweepContext, trial_id: str, options: dict, exc: BaseException):
+    """Mark the trial's child run FAILED with the reason (creating it when it never started)."""
+    run_id = existing_child_run(context, trial_id)
+    client = mlflow.MlflowClient(context.tracking_uri)
+    if run_id is None:
+        with start_run(
+            context.experiment,
+            run_name=context.run_name(options),
+            tracking_uri=context.tracking_uri,
+            tags=context.tags(trial_id),
+            parent_run_id=context.parent_run_id,
+        ) as run:
+            run_id = run.info.run_id
+    reason = f"{type(exc).__name__}: {exc}"
+    client.set_tag(run_id, "xmr.error", reason[:4000])
+    client.log_text(run_id, "".join(traceback.format_exception(exc)), "error.txt")
+    client.set_terminated(run_id, "FAILED")
+
+
+def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
+    """Train one configuration of a training sweep (``options``: ``xmr train`` options)."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from xmr.train.config import resolve_config
+    from xmr.train.run import train
+
+    trial_id = _trial_id()
+    fields = dict(options)
+    try:
+        workers = int(fields.pop("workers", 1))
+        config = resolve_config(
+            fields.pop("model", "clip"),
+            workers=workers,
+            cpus_per_worker=max(1, int(context.cpus_per_trial // workers)),
+            gpus_per_worker=context.gpus_per_trial / workers,
+            name=f"trial-{trial_id}",
+            storage=context.runs_dir,
+            **fields,
+        )
+        result = train(
+            config,
+            tracking_uri=context.tracking_uri,
+            tags=context.tags(trial_id),
+            experiment=context.experiment,
+            parent_run_id=context.parent_run_id,
+            callbacks=[TuneReportCallback()] if context.report_epochs else [],
+        )
+    except Exception as exc:
+        _record_failure(context, trial_id, options, exc)
+        raise
+    client = mlflow.MlflowClient(context.tracking_uri)
+    client.set_tag(result.mlflow_run_id, "mlflow.runName", context.run_name(options))
+    tune.report({**result.metrics, **context.objective_value(result.metrics)})
+
+
+def eval_trial(options: dict[str, Any], *, context: SweepContext, encoded: Any) -> None:
+    """Score one configuration of an eval sweep on the split the sweep encoded once."""
+    from xmr.eval.evaluate import eval_config, score
+    from xmr.eval.report import log_result
+
+    trial_id = _trial_id()
+    try:
+        config = eval_config(**options)
+        run_id = existing_child_run(context, trial_id)
+        mlflow.set_tracking_uri(context.tracking_uri)
+        if run_id is None:
+            opened = start_run(
+                context.experiment,
+                run_name=context.run_name(options),
+                tracking_uri=context.tracking_uri,
+                tags={"xmr.command": "eval", **context.tags(trial_id)},
+                parent_run_id=context.parent_run_id,
+            )
+        else:
+            opened = mlflow.start_run(run_id=run_id)
+        with opened:
+            # First, so that a trial that fails still shows what it ran.
+            mlflow.log_params({**config.params(), "data.root": str(encoded.root)})
+            result = score(encoded, config)
+            log_result(result, config, examples=False)
+    except Exception as exc:
+        _record_failure(context, trial_id, options, exc)
+        raise
+    tune.report({**result.metrics, **context.objective_value(result.metrics)})
