@@ -93,7 +93,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker``.
 
     ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`), ``data_root`` (resolved dataset
-    folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies).
+    folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies),
+    ``progress`` (a progress bar per epoch; the epoch line is always printed).
     """
     config = TrainConfig.from_dict(loop_config["config"])
     data_root = Path(loop_config["data_root"])
@@ -141,7 +142,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         steps, samples, start = 0, 0, time.perf_counter()
         bar = (
             tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}")
-            if rank == 0
+            if rank == 0 and loop_config.get("progress", True)
             else None
         )
         for batch in batches(local_shuffle_seed=config.seed * 1_009 + epoch):

@@ -166,12 +166,14 @@ def train(
     experiment: str | None = None,
     parent_run_id: str | None = None,
     callbacks: list[ray.train.UserCallback] | None = None,
+    progress: bool = True,
 ) -> TrainResult:
     """Train ``config`` on Ray Train and return the final metrics and checkpoint paths.
 
     ``tags`` are added to the MLflow run when it is created, in ``experiment`` (default
     ``xmr/train/<dataset>``), nested under ``parent_run_id`` when given (a sweep's trial).
     ``callbacks`` join the run's Ray Train callbacks (a Tune trial forwards reports to Tune).
+    ``progress``: the workers' per-epoch progress bar (sweeps keep only the epoch lines).
 
     Raises:
         ValueError / FileNotFoundError: bad config or data, before any worker starts.
@@ -216,6 +218,7 @@ def train(
             "data_root": str(root),
             "steps_per_epoch": steps_per_epoch,
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
+            "progress": progress,
         },
         scaling_config=ray.train.ScalingConfig(
             num_workers=config.workers,

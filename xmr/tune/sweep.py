@@ -296,7 +296,7 @@ def run_sweep(
     parent_run_id = _parent_run(space, name, sweep_dir, uri)
     experiment = f"xmr/tune/{space.name}"
     try:
-        init_ray(address)  # Tune's trial table is the progress; worker logs stay in Ray's logs
+        init_ray(address, log_to_driver=True)  # trials' epoch lines, the base model's bars
         space = _prepare_inputs(space, sweep_dir, name, uri, address)
         context = SweepContext(
             sweep_id=name,
