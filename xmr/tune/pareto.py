@@ -52,7 +52,7 @@ def plot_pareto(
     xs = frame[x.name].astype(float).map(x.value).to_numpy()
     ys = frame[y.name].astype(float).map(y.value).to_numpy()
     front = pareto_front(np.column_stack([xs, ys]), (x.mode, y.mode))
-    fig = Figure(figsize=(7, 5))
+    fig = Figure(figsize=(9, 5.5))
     ax = fig.subplots()
     ax.scatter(xs[~front], ys[~front], color="0.6", label="dominated", zorder=2)
     order = np.argsort(xs[front])
@@ -63,6 +63,7 @@ def plot_pareto(
             ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.set_xlabel(f"{x.label} ({'higher' if x.mode == 'max' else 'lower'} is better)")
     ax.set_ylabel(f"{y.label} ({'higher' if y.mode == 'max' else 'lower'} is better)")
+    ax.margins(x=0.25, y=0.1)  # room for the labels
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     ax.set_title(title, fontsize=10)
