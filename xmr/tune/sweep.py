@@ -187,7 +187,7 @@ def _prepare_inputs(
         from xmr.synth.build import synthesize_defaults
 
         if fixed.get("dataset", "toyworld") != "toyworld" or fixed.get("data"):
-            raise SpaceError(f"{space.name}: synth: default is D′ of the embedded ToyWorld only")
+            raise SpaceError(f"{space.origin}: synth: default is D′ of the embedded ToyWorld only")
         seed = int(fixed.get("seed", 0))
         dprime = sweep_dir / "dprime"
         synthesize_defaults(default_toyworld(seed), dprime, seed=seed, address=address)
@@ -195,7 +195,7 @@ def _prepare_inputs(
     if space.command == "eval" and "checkpoint" not in fixed and "pretrained" not in fixed:
         if not space.base_model:
             raise SpaceError(
-                f"{space.name}: an eval sweep needs a model: --set checkpoint=PATH, "
+                f"{space.origin}: an eval sweep needs a model: --set checkpoint=PATH, "
                 "--set pretrained=TAG, or a base_model section to train one"
             )
         from xmr.train.config import resolve_config
