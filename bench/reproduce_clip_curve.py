@@ -6,6 +6,7 @@ plants gender with cups and bicycles; MI estimated on the train split, scored on
 writes a markdown table and ``bench/clip_m_curve.png`` from the sweep's MLflow runs::
 
     python bench/reproduce_clip_curve.py [--name clip-m-toyworld] [--tracking-uri sqlite:///…]
+                                         [--checkpoint xmr_runs/<run>/last.pt]
 
 It prints the ``xmr tune`` command it runs; rerunning resumes or reuses the finished sweep.
 """
@@ -28,7 +29,7 @@ from xmr.tune.space import SPACES_DIR
 BENCH = Path(__file__).resolve().parent
 
 
-def run_sweep(name: str, tracking_uri: str | None, storage: Path) -> None:
+def run_sweep(name: str, tracking_uri: str | None, storage: Path, checkpoint: Path | None) -> None:
     spec = yaml.safe_load((SPACES_DIR / "clip_m.yaml").read_text())
     spec["fixed"].pop("mi_estimator")
     spec["params"]["mi_estimator"] = {"grid": ["histogram", "ksg"]}
@@ -39,6 +40,8 @@ def run_sweep(name: str, tracking_uri: str | None, storage: Path) -> None:
                    "--storage", str(storage)]  # fmt: skip
         if tracking_uri:
             command += ["--tracking-uri", tracking_uri]
+        if checkpoint:
+            command += ["--set", f"checkpoint={checkpoint}"]
         print("$", " ".join(command), flush=True)
         subprocess.run(command, check=True)
 
@@ -85,8 +88,11 @@ def main() -> None:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--storage", type=Path, default=Path("xmr_tune"))
     parser.add_argument("--plot", type=Path, default=BENCH / "clip_m_curve.png")
+    parser.add_argument(
+        "--checkpoint", type=Path, default=None, help="evaluate this model instead of training one"
+    )
     args = parser.parse_args()
-    run_sweep(args.name, args.tracking_uri, args.storage)
+    run_sweep(args.name, args.tracking_uri, args.storage, args.checkpoint)
     frame = curve(args.name, args.tracking_uri)
     plot(frame, args.plot)
     print(f"wrote {args.plot}")
