@@ -45,10 +45,11 @@ def plot_pareto(
     labels: Sequence[str],
     path: Path,
     title: str,
-) -> Path:
+) -> np.ndarray:
     """Scatter of every trial (``frame[x.name]``, ``frame[y.name]``; abs taken where the
     objective says so), the front highlighted and joined, each point labelled with
-    ``labels[i]`` (its swept values). Writes a PNG to ``path``."""
+    ``labels[i]`` (its swept values). Writes a PNG to ``path`` and returns the front,
+    bool ``[N]`` (:func:`pareto_front`)."""
     xs = frame[x.name].astype(float).map(x.value).to_numpy()
     ys = frame[y.name].astype(float).map(y.value).to_numpy()
     front = pareto_front(np.column_stack([xs, ys]), (x.mode, y.mode))
@@ -70,4 +71,4 @@ def plot_pareto(
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    return path
+    return front

@@ -32,7 +32,7 @@ from ray import tune
 
 from xmr.pipeline.ray_executor import init_ray
 from xmr.tracking import resolve_tracking_uri, start_run
-from xmr.tune.pareto import pareto_front, plot_pareto
+from xmr.tune.pareto import plot_pareto
 from xmr.tune.space import SearchSpace, SpaceError
 from xmr.tune.trials import OBJECTIVE, SweepContext, eval_trial, train_trial
 
@@ -431,31 +431,23 @@ def _finish(
                 if _finite(best[m.name]):
                     client.log_metric(parent_run_id, f"best/{m.name}", float(best[m.name]))
         plotted = done.dropna(subset=[m.name for m in space.metrics]) if not done.empty else done
-        for x_name, y_name in space.pareto:
-            if len(plotted) < 1:
+        for pair, (x_name, y_name) in enumerate(space.pareto):
+            if plotted.empty:
                 break
-            x, y = space.metric(x_name), space.metric(y_name)
             file = f"pareto_{_slug(x_name)}_vs_{_slug(y_name)}.png"
-            labels = plotted["run_name"].tolist()
-            plot_pareto(
+            front = plot_pareto(
                 plotted,
-                x,
-                y,
-                labels=labels,
+                space.metric(x_name),
+                space.metric(y_name),
+                labels=plotted["run_name"].tolist(),
                 path=folder / file,
                 title=f"{name}: {len(plotted)} trials, front in red",
             )
             client.log_artifact(parent_run_id, str(folder / file))
             artifacts.append(file)
-    for x_name, y_name in space.pareto[:1]:
-        if not plotted.empty:
-            x, y = space.metric(x_name), space.metric(y_name)
-            values = plotted[[x_name, y_name]].astype(float)
-            values = values.assign(**{x_name: values[x_name].map(x.value),
-                                      y_name: values[y_name].map(y.value)})  # fmt: skip
-            front = pareto_front(values.to_numpy(), (x.mode, y.mode))
-            client.set_tag(parent_run_id, "xmr.pareto_front", "; ".join(
-                plotted["run_name"][front].tolist()))  # fmt: skip
+            if pair == 0:
+                names = "; ".join(plotted["run_name"][front].tolist())
+                client.set_tag(parent_run_id, "xmr.pareto_front", names)
     client.log_metric(parent_run_id, "sweep/trials", float(len(trials)))
     client.log_metric(parent_run_id, "sweep/failed", float((trials["status"] == "FAILED").sum()))
     client.set_terminated(parent_run_id, "FINISHED")
