@@ -3,7 +3,7 @@
 ToyWorld renders every test scene again without the removed classes, so a fill backend can be
 scored against the image it should have produced. For each counterfactual of the test split the
 source image's removed region (the union of the removed classes' boxes,
-:func:`xmr.synth.planning.removal_mask`) is filled by each backend and compared with the render:
+:func:`xmr.removal.planning.removal_mask`) is filled by each backend and compared with the render:
 
 - PSNR (dB, peak 255, over all RGB values) inside the mask and over the whole image; an exact
   match would be ``inf``. Counterfactuals whose source already equals the render under the mask
@@ -36,8 +36,8 @@ import numpy as np
 
 from xmr.data import load_image, read_counterfactuals, read_toyworld
 from xmr.data.toyworld import generate
-from xmr.synth.fill import CPU_FILLS
-from xmr.synth.planning import removal_mask
+from xmr.removal.fill import CPU_FILLS
+from xmr.removal.planning import removal_mask
 
 METRICS = ("psnr_mask", "psnr_image", "ssim_image", "ssim_mask")
 
@@ -75,7 +75,7 @@ def scores(filled: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> dict[str,
 
 def sd_backend(model: str, steps: int, resolution: int) -> Callable:
     """A batch fill ``(images, masks, seeds, negative_prompts) -> images`` with Stable Diffusion."""
-    from xmr.synth.sd_inpaint import StableDiffusionInpainter
+    from xmr.removal.sd_inpaint import StableDiffusionInpainter
 
     inpainter = StableDiffusionInpainter(model, steps=steps, resolution=resolution)
     inpainter.load()

@@ -14,10 +14,10 @@ from PIL import Image
 from xmr.data.toyworld import captions as toyworld
 from xmr.metrics.ranking import Ranking, rank
 from xmr.models import create_model, list_archs, save_checkpoint
+from xmr.models.batch import GENDER_IDS, TrainBatch
 from xmr.models.blip import CONFIGS, BlipModel, hard_negatives, load_arch
+from xmr.models.losses import LossConfig, contrastive_losses
 from xmr.retrieval import rerank, topk_similarity
-from xmr.train.batch import GENDER_IDS, TrainBatch
-from xmr.train.losses import LossConfig, contrastive_losses
 
 TINY = "xmr-tiny-blip"
 TEXTS = ["a man riding a horse on the beach", "two dogs catching a frisbee in a park"]

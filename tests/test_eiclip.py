@@ -30,10 +30,10 @@ from xmr.eval.product_retrieval import (
     sumr,
 )
 from xmr.models import CheckpointError, Corpus, ModelSpec, create_model, save_checkpoint
+from xmr.models.batch import GENDER_IDS, TrainBatch
 from xmr.models.eiclip import UNKNOWN, EiClipModel, EntityVocabulary, entity_vocabularies
-from xmr.train.batch import GENDER_IDS, TrainBatch
+from xmr.models.losses import LossConfig, contrastive_losses
 from xmr.train.data import PAIR_SCHEMA, collate
-from xmr.train.losses import LossConfig, contrastive_losses
 
 DESCRIPTIONS = [
     "Golden Goose low-top leather sneakers in white.",

@@ -12,7 +12,7 @@ import pytest
 from tiny_sd import build_tiny_sd_inpainting
 
 from xmr.data import load_image, read_coco
-from xmr.synth.fill import (
+from xmr.removal.fill import (
     BLUR_SIGMA_FRACTION,
     CPU_FILLS,
     FILL_METHODS,
@@ -20,8 +20,8 @@ from xmr.synth.fill import (
     fill_mean,
     fill_zero,
 )
-from xmr.synth.planning import removal_mask
-from xmr.synth.sd_inpaint import StableDiffusionInpainter
+from xmr.removal.planning import removal_mask
+from xmr.removal.sd_inpaint import StableDiffusionInpainter
 
 FILLS = sorted(CPU_FILLS)
 
@@ -47,7 +47,7 @@ def test_registry_names() -> None:
 
 
 def test_fill_module_needs_neither_torch_nor_diffusers() -> None:
-    code = "import sys, xmr.synth.fill; print(sorted({'torch', 'diffusers'} & set(sys.modules)))"
+    code = "import sys, xmr.removal.fill; print(sorted({'torch', 'diffusers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

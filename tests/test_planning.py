@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xmr.synth import plan_removals
-from xmr.synth.planning import class_masks, pixel_box, removal_mask
+from xmr.removal import plan_removals
+from xmr.removal.planning import class_masks, pixel_box, removal_mask
 
 W = H = 100
 

@@ -15,10 +15,10 @@ from xmr.cli import app
 from xmr.data import load_image, read_toyworld
 from xmr.data.images import decode_image
 from xmr.data.synthetic import read_manifest, read_synthetic, read_synthetic_errors
-from xmr.synth import plan_removals
+from xmr.removal import plan_removals
+from xmr.removal.planning import box_mask
 from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
-from xmr.synth.planning import box_mask
 
 pytestmark = pytest.mark.slow
 runner = CliRunner()

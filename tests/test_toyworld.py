@@ -19,7 +19,7 @@ from xmr.data.toyworld.captions import class_words
 from xmr.data.toyworld.generate import scene_objects
 from xmr.data.toyworld.render import render
 from xmr.data.toyworld.scene import sample_scene, scene_rng
-from xmr.synth.planning import class_masks, plan_removals, removal_mask
+from xmr.removal.planning import class_masks, plan_removals, removal_mask
 
 SPLITS = ("train", "val", "test")
 REQUIRED_CLASSES = {

@@ -7,9 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from xmr.models import create_model
-from xmr.train.batch import GENDER_IDS, TrainBatch
-from xmr.train.config import OptimConfig
-from xmr.train.losses import (
+from xmr.models.batch import GENDER_IDS, TrainBatch
+from xmr.models.losses import (
     LossConfig,
     contrastive_losses,
     fair_contrastive_t2i,
@@ -17,6 +16,7 @@ from xmr.train.losses import (
     mix_fair,
     triplet_losses,
 )
+from xmr.train.config import OptimConfig
 from xmr.train.optim import lr_factor
 
 M, F_, N = GENDER_IDS["male"], GENDER_IDS["female"], GENDER_IDS["neutral"]

@@ -21,9 +21,9 @@ from xmr.models import (
     save_checkpoint,
     vsepp,
 )
+from xmr.models.batch import GENDER_IDS, TrainBatch
+from xmr.models.losses import LossConfig, triplet_losses
 from xmr.models.vsepp import END, PAD, SPECIALS, START, UNK, Vocabulary, VseppModel
-from xmr.train.batch import GENDER_IDS, TrainBatch
-from xmr.train.losses import LossConfig, triplet_losses
 
 TINY = ["xmr-tiny-vgg", "xmr-tiny-resnet"]
 CAPTIONS = [

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xmr.removal.planning import plan_removals
+
 
 @dataclass(frozen=True)
 class EntityPhrase:
@@ -88,6 +90,14 @@ class ImageRecord:
     def categories(self) -> frozenset[str]:
         """The distinct object categories of the image."""
         return frozenset(o.category for o in self.objects)
+
+    def removal_plans(self, alpha1: float, alpha2: float, alpha3: float) -> list[tuple[str, ...]]:
+        """:func:`~xmr.removal.planning.plan_removals` on this image's objects (odmap §3.1).
+
+        Raises ValueError on malformed boxes.
+        """
+        objects = [(o.category, list(o.bbox)) for o in self.objects]
+        return plan_removals(objects, self.width, self.height, alpha1, alpha2, alpha3)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (how records travel between pipeline workers)."""

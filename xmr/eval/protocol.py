@@ -22,9 +22,8 @@ from PIL import Image
 from xmr.data.errors import DataIssue
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
-from xmr.synth.fill import fill_telea
-from xmr.synth.planning import box_mask
-from xmr.synth.rows import image_plans
+from xmr.removal.fill import fill_telea
+from xmr.removal.planning import box_mask
 from xmr.text import image_gender, neutralize
 
 Box = tuple[float, float, float, float]
@@ -105,7 +104,7 @@ def planned_queries(
     queries, sources, removed, present = [], [], [], []
     for record in records:
         try:
-            plans = image_plans(record, alpha1, alpha2, alpha3)
+            plans = record.removal_plans(alpha1, alpha2, alpha3)
         except ValueError as exc:
             issues.append(DataIssue(f"image {record.image_id} ({record.path})", str(exc)))
             continue

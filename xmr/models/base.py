@@ -32,8 +32,8 @@ from PIL import Image
 from torch import nn
 
 if TYPE_CHECKING:
-    from xmr.train.batch import TextInputs
-    from xmr.train.losses import LossConfig
+    from xmr.models.batch import TextInputs
+    from xmr.models.losses import LossConfig
 
 
 class CheckpointError(ValueError):

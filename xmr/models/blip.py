@@ -48,15 +48,15 @@ from transformers import AutoTokenizer, BertTokenizer, BlipConfig, BlipForImageT
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
-from xmr.pretrained import local_model_dir
-from xmr.train.batch import TrainBatch
-from xmr.train.losses import (
+from xmr.models.batch import TrainBatch
+from xmr.models.losses import (
     LossConfig,
     contrastive_losses,
     fair_contrastive_t2i,
     mix_fair,
     same_image,
 )
+from xmr.pretrained import local_model_dir
 
 CONFIGS = Path(__file__).parent / "configs" / "blip"
 HUB = "hub"
@@ -330,7 +330,7 @@ class BlipObjective(nn.Module):
 
     ITC: symmetric InfoNCE over the batch with logit scale ``1 / temp`` (the module's learnable
     ``temp``, clamped in place to ``[0.001, 0.5]`` before each step, as BLIP does); other captions
-    of the same image are not negatives (:func:`~xmr.train.losses.contrastive_losses`). Its
+    of the same image are not negatives (:func:`~xmr.models.losses.contrastive_losses`). Its
     text->image half is ``mix_fair(plain, FairSample, loss.fair_alpha)``.
 
     ITM (BLIP's hard-negative mining): for each image one negative text drawn with probability

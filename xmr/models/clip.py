@@ -18,8 +18,8 @@ from PIL import Image
 from torch import nn
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
-from xmr.train.batch import TrainBatch
-from xmr.train.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
+from xmr.models.batch import TrainBatch
+from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
 
 CONFIGS = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIGS)

@@ -53,8 +53,8 @@ from torch import nn
 from xmr.data.records import normalise_entity
 from xmr.models import clip
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, read_checkpoint
-from xmr.train.batch import TrainBatch
-from xmr.train.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
+from xmr.models.batch import TrainBatch
+from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
 
 UNKNOWN = 0
 """The id of an unknown or absent entity in every group (its value in the vocabulary: "")."""

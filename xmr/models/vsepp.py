@@ -50,8 +50,8 @@ from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 from torchvision.models.vgg import VGG, make_layers
 
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, RetrievalModel, read_checkpoint
-from xmr.train.batch import TrainBatch
-from xmr.train.losses import LossConfig, fair_triplet_t2i, mix_fair, triplet_losses
+from xmr.models.batch import TrainBatch
+from xmr.models.losses import LossConfig, fair_triplet_t2i, mix_fair, triplet_losses
 
 CONFIGS = Path(__file__).parent / "configs" / "vsepp"
 

@@ -1,9 +1,5 @@
-"""Synthetic counterfactual images: which objects to remove (planning) and how to fill them.
+"""D′: the synthetic dataset of images with co-occurring objects removed and captions rewritten,
+built on Ray Data (configuration, rows, stages, output shards, the build driver, the report).
 
-Only the planner is exported here (numpy only); fill stages import their heavy dependencies from
-their own modules.
+Removal planning and the fills themselves are in :mod:`xmr.removal`.
 """
-
-from xmr.synth.planning import plan_removals
-
-__all__ = ["plan_removals"]

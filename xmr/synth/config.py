@@ -19,9 +19,9 @@ import yaml
 from xmr import __version__
 from xmr.detection import DEFAULT_DETECTOR
 from xmr.pretrained import local_model_dir
+from xmr.removal.fill import FILL_METHODS
+from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
-from xmr.synth.fill import FILL_METHODS
-from xmr.synth.sd_inpaint import DEFAULT_SD_MODEL
 
 BOX_SOURCES = ("gt", "groundingdino")
 

@@ -15,10 +15,10 @@ from rich.table import Table
 from xmr.data.errors import DataError
 from xmr.data.images import decode_image, load_image
 from xmr.data.synthetic import MANIFEST, synthetic_shards
+from xmr.removal.planning import box_mask
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
-from xmr.synth.planning import box_mask
 from xmr.tracking import start_run
 
 SAMPLES = "samples.png"

@@ -22,7 +22,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from xmr.data.records import Caption, ImageRecord
-from xmr.synth.planning import plan_removals
 
 
 @dataclass(frozen=True)
@@ -112,14 +111,6 @@ def row_seed(seed: int, key: str) -> int:
     return zlib.crc32(f"{seed}/{key}".encode())
 
 
-def image_plans(
-    record: ImageRecord, alpha1: float, alpha2: float, alpha3: float
-) -> list[tuple[str, ...]]:
-    """``plan_removals`` on a record's objects (raises ValueError on malformed boxes)."""
-    objects = [(o.category, list(o.bbox)) for o in record.objects]
-    return plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3)
-
-
 def plan_rows(
     record: ImageRecord,
     plans: Sequence[tuple[str, ...]],
@@ -134,7 +125,7 @@ def plan_rows(
 
     Args:
         record: the source image.
-        plans: its removal plans (:func:`image_plans`).
+        plans: its removal plans (:meth:`~xmr.data.records.ImageRecord.removal_plans`).
         mentions: the classes each caption of ``record`` mentions (caption order), or None when
             every caption is eligible (prompt / captioner captions).
         captions_per_image: captions drawn per plan, None for all eligible ones.

@@ -20,15 +20,14 @@ from xmr.data.errors import DataError
 from xmr.data.images import decode_image, load_image
 from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
 from xmr.pipeline.stage import Batch, Resources, Stage
+from xmr.removal.fill import CPU_FILLS, Fill
+from xmr.removal.planning import box_mask
 from xmr.synth.captions import ImageCaptioner, prompt_caption, rewrite_caption
 from xmr.synth.config import SynthConfig
-from xmr.synth.fill import CPU_FILLS, Fill
-from xmr.synth.planning import box_mask
 from xmr.synth.rows import (
     ROW_COLUMNS,
     PlanFailure,
     PlannedRow,
-    image_plans,
     plan_rows,
     row_seed,
 )
@@ -204,7 +203,7 @@ class PlanRows(Stage):
                 continue
             record = ImageRecord.from_dict(json.loads(text))
             try:
-                plans = image_plans(record, c.alpha1, c.alpha2, c.alpha3)
+                plans = record.removal_plans(c.alpha1, c.alpha2, c.alpha3)
             except ValueError as exc:
                 rows.append(self._error_row(key, self.name, *_describe(exc)))
                 continue
@@ -285,7 +284,7 @@ class FillImages(_RowStage):
 
     def setup(self) -> None:
         if self.config.fill == "sd":
-            from xmr.synth.sd_inpaint import StableDiffusionInpainter
+            from xmr.removal.sd_inpaint import StableDiffusionInpainter
 
             c = self.config
             self.inpainter = StableDiffusionInpainter(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.models import ModelSpec
-from xmr.train.losses import LossConfig
+from xmr.models.losses import LossConfig
 
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("step", "cosine", "constant")

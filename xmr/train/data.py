@@ -26,8 +26,8 @@ from xmr.data.records import ImageRecord
 from xmr.data.synthetic import read_manifest, synthetic_table
 from xmr.eval.protocol import record_gender
 from xmr.models.base import Corpus, RetrievalModel
+from xmr.models.batch import GENDER_IDS, TrainBatch
 from xmr.text.gender import caption_gender
-from xmr.train.batch import GENDER_IDS, TrainBatch
 
 PAIR_SCHEMA = pa.schema(
     [

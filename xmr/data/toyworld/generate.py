@@ -34,7 +34,7 @@ from xmr.data.toyworld.classes import CLASSES
 from xmr.data.toyworld.config import WorldConfig, load_config
 from xmr.data.toyworld.render import render
 from xmr.data.toyworld.scene import Scene, sample_scene, scene_rng
-from xmr.synth.planning import plan_removals
+from xmr.removal.planning import plan_removals
 
 CHUNK = 100  # images per parallel task
 PNG_COMPRESS_LEVEL = 1  # fast; the images are small

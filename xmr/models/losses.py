@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from xmr.train.batch import GENDER_IDS
+from xmr.models.batch import GENDER_IDS
 
 
 @dataclass(frozen=True)

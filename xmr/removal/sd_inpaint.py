@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from xmr.pretrained import resolve_device
-from xmr.synth.fill import check_fill_inputs
+from xmr.removal.fill import check_fill_inputs
 
 DEFAULT_SD_MODEL = "stabilityai/stable-diffusion-2-inpainting"
 PROMPT = ""  # no content prompt: the context decides; see the module docstring

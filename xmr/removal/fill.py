@@ -11,7 +11,7 @@ outside the mask; an all-False mask returns a copy. The backends:
   the ODmAP paper (§4.4, table 3): the removed region ``B^r`` filled with zeros, with its own
   average pixel value, or with its Gaussian blur.
 
-``sd`` (Stable Diffusion inpainting) lives in :mod:`xmr.synth.sd_inpaint`; this module needs only
+``sd`` (Stable Diffusion inpainting) lives in :mod:`xmr.removal.sd_inpaint`; this module needs only
 OpenCV and numpy.
 """
 
@@ -147,4 +147,4 @@ CPU_FILLS: dict[str, Fill] = {
 """The fill backends that need no weights, by their ``--fill`` name."""
 
 FILL_METHODS: tuple[str, ...] = (*CPU_FILLS, "sd")
-"""Every ``--fill`` name; ``sd`` is :class:`xmr.synth.sd_inpaint.StableDiffusionInpainter`."""
+"""Every ``--fill`` name; ``sd`` is :class:`xmr.removal.sd_inpaint.StableDiffusionInpainter`."""
