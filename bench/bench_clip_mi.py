@@ -20,7 +20,8 @@ import tracemalloc
 
 import numpy as np
 
-from xmr.debias import MI_ESTIMATORS, gender_labels, mutual_information
+from xmr.debias import MI_ESTIMATORS, mutual_information
+from xmr.metrics.gender_bias import gender_codes
 
 PLANTED = 8  # dimensions that carry the gender
 SHIFT = 0.5  # their mean shift per unit of gender code (noise std 1, before normalising)
@@ -29,7 +30,7 @@ SHIFT = 0.5  # their mean shift per unit of gender code (noise std 1, before nor
 def features(samples: int, dims: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """float32 ``[samples, dims]`` unit rows, gender codes ``[samples]``, the planted dims."""
     rng = np.random.default_rng(seed)
-    codes = gender_labels(rng.choice(["male", "female", "neutral"], samples))
+    codes = gender_codes(rng.choice(["male", "female", "neutral"], samples))
     planted = np.sort(rng.choice(dims, min(PLANTED, dims - 1), replace=False))
     x = rng.standard_normal((samples, dims), dtype=np.float32)
     x[:, planted] += SHIFT * codes[:, None]

@@ -6,7 +6,7 @@ plants gender with cups and bicycles; MI estimated on the train split, scored on
 writes a markdown table and ``bench/clip_m_curve.png`` from the sweep's MLflow runs::
 
     python bench/reproduce_clip_curve.py [--name clip-m-toyworld] [--tracking-uri sqlite:///…]
-                                         [--checkpoint xmr_runs/<run>/last.pt]
+                                         [--checkpoint xmr-runs/<run>/last.pt]
 
 It prints the ``xmr tune`` command it runs; rerunning resumes or reuses the finished sweep.
 """
@@ -24,13 +24,13 @@ import yaml
 from matplotlib.figure import Figure
 
 from xmr.compare import sweep_runs
-from xmr.tune.space import SPACES_DIR
+from xmr.tune.space import resolve_space_path
 
 BENCH = Path(__file__).resolve().parent
 
 
 def run_sweep(name: str, tracking_uri: str | None, storage: Path, checkpoint: Path | None) -> None:
-    spec = yaml.safe_load((SPACES_DIR / "clip_m.yaml").read_text())
+    spec = yaml.safe_load(resolve_space_path("clip_m").read_text())
     spec["fixed"].pop("mi_estimator")
     spec["params"]["mi_estimator"] = {"grid": ["histogram", "ksg"]}
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="clip-m-toyworld")
     parser.add_argument("--tracking-uri", default=None)
-    parser.add_argument("--storage", type=Path, default=Path("xmr_tune"))
+    parser.add_argument("--storage", type=Path, default=Path("xmr-tune"))
     parser.add_argument("--plot", type=Path, default=BENCH / "clip_m_curve.png")
     parser.add_argument(
         "--checkpoint", type=Path, default=None, help="evaluate this model instead of training one"

@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from PIL import Image
 
 from xmr.data.toyworld import captions as toyworld
+from xmr.metrics.gender_bias import GENDER_CODES
 from xmr.metrics.ranking import Ranking, rank
 from xmr.models import create_model, list_archs, save_checkpoint
-from xmr.models.batch import GENDER_IDS, TrainBatch
+from xmr.models.batch import TrainBatch
 from xmr.models.blip import CONFIGS, BlipModel, hard_negatives, load_arch
 from xmr.models.losses import LossConfig, contrastive_losses
 from xmr.retrieval import rerank, topk_similarity
@@ -60,7 +61,7 @@ def _batch(tiny: BlipModel, pixels: torch.Tensor, image_ids: list[int]) -> Train
         pixels=pixels[[first[i] for i in image_ids]],
         text=tiny.tokenize(CAPTIONS),
         image_ids=torch.tensor(image_ids),
-        image_gender=torch.tensor([GENDER_IDS[genders[first[i]]] for i in image_ids]),
+        image_gender=torch.tensor([GENDER_CODES[genders[first[i]]] for i in image_ids]),
         caption_neutral=torch.tensor([False, True, True, True, False, True]),
     )
 

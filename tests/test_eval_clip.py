@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from xmr.cli import app
-from xmr.eval.evaluate import EvalConfig, encode, eval_config, evaluate, score
+from xmr.eval.config import EvalConfig, eval_config
+from xmr.eval.encode import encode
+from xmr.eval.score import evaluate, score
 from xmr.models import create_model
 
 

@@ -2,25 +2,53 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 import pytest
 import torch
 
+from xmr.data.toyworld.classes import GENDERS as TOYWORLD_PERSON_GENDERS
 from xmr.metrics import (
     Ranking,
     bias_at_k,
+    gender_bias,
     map_at_k,
     odmap_at_k,
     rank,
     recall_at_k,
     similarity_bias,
 )
+from xmr.metrics.arrays import as_numpy
 from xmr.metrics.average_precision import average_precision_at_k
+from xmr.text.gender import Gender
 
 
 def by_index(num_queries: int, num_gallery: int) -> np.ndarray:
     """Scores [Q, G] that rank every query's gallery in index order (0 best)."""
     return np.tile(-np.arange(num_gallery, dtype=np.float32), (num_queries, 1))
+
+
+# --- as_numpy -------------------------------------------------------------------------------
+
+
+def test_as_numpy_reads_numpy_torch_and_lists_and_widens_16_bit_floats_exactly():
+    values = [[0.1, 0.5], [0.5, -2.0]]
+    for x in (
+        torch.tensor(values, dtype=torch.float16),
+        torch.tensor(values, dtype=torch.bfloat16),
+        np.array(values, dtype=np.float16),
+    ):
+        out = as_numpy(x)
+        assert out.dtype == np.float32 and out.shape == (2, 2)
+        assert out[0, 1] == out[1, 0]  # equal values stay equal (ties kept)
+    assert as_numpy(torch.tensor(values, dtype=torch.float64)).dtype == np.float64
+    assert as_numpy(np.array(values)).dtype == np.float64
+    assert as_numpy(torch.ones(2, requires_grad=True)).dtype == np.float32  # detached
+    np.testing.assert_array_equal(as_numpy([1, 2, 3]), [1, 2, 3])
+    assert as_numpy(torch.tensor([1, 2])).dtype == np.int64
+    x = np.zeros(3, np.float32)
+    assert as_numpy(x) is x  # numpy in: no copy
 
 
 # --- rank -----------------------------------------------------------------------------------
@@ -235,6 +263,26 @@ def test_bias_at_k_is_signed_and_breaks_ties_by_index():
     assert bias_at_k(rank(tied, 10), genders, ks=(1,)) == pytest.approx({1: -1.0})
 
 
+def test_gender_codes_are_one_numbering_for_labels_and_codes():
+    codes = gender_bias.GENDER_CODES
+    assert codes == {"male": 1, "female": -1, "neutral": 0}
+    assert gender_bias.GENDERS == ("male", "female", "neutral") == get_args(Gender)
+    assert set(TOYWORLD_PERSON_GENDERS) < set(codes)  # what ToyWorld draws is labelled
+    assert all(gender_bias.GENDER_OF_CODE[code] == label for label, code in codes.items())
+    gender_codes = gender_bias.gender_codes
+    np.testing.assert_array_equal(gender_codes(["male", "female", "neutral"]), [1, -1, 0])
+    assert gender_codes(np.array(["female", "male"])).dtype == np.int64
+    np.testing.assert_array_equal(gender_codes(np.array([1, 0, -1])), [1, 0, -1])
+    np.testing.assert_array_equal(gender_codes(torch.tensor([0, 1])), [0, 1])
+    np.testing.assert_array_equal(gender_codes([np.int8(-1), 0]), [-1, 0])
+    with pytest.raises(ValueError, match=r"^image_gender\[2\] = 'man' is not one of"):
+        gender_codes(["male", "female", "man", "woman"])
+    with pytest.raises(ValueError, match=r"^gender\[1\] = 2 is not one of"):
+        gender_codes([1, 2], "gender")
+    with pytest.raises(ValueError, match=r"image_gender\[0\] = True"):
+        gender_codes([True])
+
+
 def test_bias_at_k_validates_labels():
     with pytest.raises(ValueError, match=r"image_gender\[3\] = 'man'"):
         bias_at_k(by_index(1, 4), ["male", "female", "neutral", "man"])
@@ -268,3 +316,20 @@ def test_similarity_bias_validates_inputs():
         similarity_bias(images, np.zeros(3), ["male", "female", "neutral"])
     with pytest.raises(ValueError, match=r"image_gender\[0\] = 'M'"):
         similarity_bias(images, np.ones(3), ["M", "female", "neutral"])
+
+
+def test_summed_recall_is_the_papers_sumr_in_percent():
+    from xmr.metrics import summed_recall
+
+    # EI-CLIP Table 1: R@1, 5, 10 image->text then text->image; SumR 302 (of rounded values).
+    i2t, t2i = {1: 0.257, 5: 0.545, 10: 0.668}, {1: 0.284, 5: 0.571, 10: 0.694}
+    assert summed_recall([i2t, t2i]) == pytest.approx(301.9)
+    assert summed_recall([{1: 1.0, 5: 1.0, 10: 1.0}] * 2) == 600.0  # the top of its range
+    assert summed_recall([]) == 0.0
+    # One mapping of MLflow names (training's val metrics) or one per direction: the same sum.
+    flat = {f"val/recall_{d}_at_{k}": r[k] for d, r in (("i2t", i2t), ("t2i", t2i)) for k in r}
+    assert summed_recall([flat]) == pytest.approx(summed_recall([i2t, t2i]))
+    # Computed from recall_at_k, as product retrieval does.
+    scores = np.array([[0.9, 0.1, 0.0], [0.2, 0.1, 0.8]])
+    i2t = recall_at_k(scores, [{0}, {1}], (1, 2))
+    assert i2t == {1: 0.5, 2: 0.5} and summed_recall([i2t]) == 100.0

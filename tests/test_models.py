@@ -200,12 +200,13 @@ def test_unreachable_pretrained_weights_say_what_to_do(monkeypatch: pytest.Monke
 
 def test_model_spec_params_and_normalisation() -> None:
     spec = ModelSpec("clip", "xmr-tiny", "none", "runs/a.pt")
-    assert spec.pretrained is None and spec.checkpoint == Path("runs/a.pt")
+    absolute = Path("runs/a.pt").resolve()  # the driver's folder: Ray workers run elsewhere
+    assert spec.pretrained is None and spec.checkpoint == absolute
     assert spec.params() == {
         "model.family": "clip",
         "model.arch": "xmr-tiny",
         "model.pretrained": "none",
-        "model.checkpoint": "runs/a.pt",
+        "model.checkpoint": str(absolute),
     }
     assert ModelSpec("clip", "RN50", "openai").params()["model.pretrained"] == "openai"
     assert ModelSpec("clip", "RN50").params()["model.checkpoint"] == "none"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -9,11 +13,14 @@ import pytest
 
 from xmr.data import Caption, DataError, ImageRecord, ObjectAnnotation, read_toyworld
 from xmr.removal import plan_removals
+from xmr.synth.build import inputs_hash, read_inputs
 from xmr.synth.config import SynthConfig, load_configs
 from xmr.synth.output import (
     check_out_dir,
     commit_shard,
+    error_table,
     finished_shards,
+    save_plan,
     split_shards,
 )
 from xmr.synth.rows import PlannedRow, plan_rows, row_key
@@ -47,7 +54,7 @@ def test_yaml_config_with_flag_overrides(tmp_path) -> None:
     assert config.alpha1 == 0.5  # the flag wins over the file
     assert config.captions_per_image is None  # "all"
     assert runtime.fill_actors == 3
-    assert runtime.out == Path("xmr-synth/toyworld-train")
+    assert runtime.out == Path("xmr-synth/toyworld-train").resolve()  # absolute: Ray workers
 
 
 @pytest.mark.parametrize(
@@ -191,6 +198,54 @@ def test_out_dir_must_be_ours(tmp_path) -> None:
     (tmp_path / "thesis.tex").write_text("")
     with pytest.raises(DataError, match=r"thesis\.tex"):
         check_out_dir(tmp_path)
+
+
+# Runs each build of argv[2:] in a fresh process and prints, per build, the refusal and whether
+# Ray was started in the process by then.
+_BUILD_AND_REPORT_RAY = """
+import json, sys
+from pathlib import Path
+import ray
+from xmr.synth.build import synthesize
+from xmr.synth.config import load_configs
+
+for out in sys.argv[2:]:
+    config, runtime = load_configs(
+        None, {"data": Path(sys.argv[1]), "out": Path(out), "progress": False, "log_mlflow": False}
+    )
+    try:
+        synthesize(config, runtime)
+        refusal = None
+    except ValueError as exc:
+        refusal = str(exc)
+    print(json.dumps({"refusal": refusal, "ray_started": ray.is_initialized()}))
+"""
+
+
+def test_refusals_of_an_existing_out_come_before_ray_starts(small_toyworld, tmp_path) -> None:
+    config, _ = load_configs(None, {"data": small_toyworld})
+    digest = inputs_hash(*read_inputs(config, small_toyworld))
+    # The refusal expected, and the metadata of the plan already in --out.
+    ours = config.fingerprint()
+    cases = [
+        ("built from another config", {"config_hash": "0123456789abcdef", "inputs_hash": digest}),
+        ("built from another input data", {"config_hash": ours, "inputs_hash": "0" * 16}),
+        ("beyond this plan", {"config_hash": ours, "inputs_hash": digest}),
+    ]
+    outs = [tmp_path / f"out{n}" for n in range(len(cases))]
+    for out, (_, metadata) in zip(outs, cases, strict=True):
+        save_plan(out, [], error_table([]), metadata)
+    commit_shard(outs[-1], 0, [_row("z")], [])  # a shard that the (empty) plan does not have
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILD_AND_REPORT_RAY, str(small_toyworld), *map(str, outs)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    for (refusal, _), report in zip(cases, reports, strict=True):
+        assert refusal in report["refusal"]
+        assert not report["ray_started"], refusal
 
 
 def _planned_batch(config: SynthConfig, count: int) -> dict:

@@ -1,12 +1,24 @@
-"""MLflow conventions: store resolution, names MLflow accepts, artifacts beside the sqlite db."""
+"""MLflow conventions: store resolution, names MLflow accepts, artifacts beside the sqlite db,
+runs remembered in a local record."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mlflow
+import pytest
 
-from xmr.tracking import resolve_tracking_uri, start_run
+from xmr.tracking import (
+    TrackedRun,
+    experiment_name,
+    find_runs,
+    recorded_run,
+    resolve_tracking_uri,
+    resume_run,
+    start_run,
+    write_run_record,
+)
 
 
 def test_tracking_uri_order(monkeypatch, tmp_path: Path) -> None:
@@ -25,10 +37,43 @@ def test_start_run_puts_artifacts_beside_the_database(tmp_path: Path, monkeypatc
     artifact = tmp_path / "note.txt"
     artifact.write_text("hello")
     with start_run("xmr/test/unit", run_name="r1", tracking_uri=uri, tags={"k": "v"}) as run:
-        mlflow.log_metric("test/odmap_at_1", 0.5)
-        mlflow.log_artifact(str(artifact))
-    stored = mlflow.get_run(run.info.run_id)
+        run.log_metrics({"test/odmap_at_1": 0.5})
+        run.log_params({"model.arch": "tiny", "train.epochs": 2})
+        run.log_artifact(artifact)
+    stored = mlflow.MlflowClient(uri).get_run(run.run_id)
+    assert stored.info.status == "FINISHED" and stored.info.run_name == "r1"
     assert stored.data.metrics["test/odmap_at_1"] == 0.5
+    assert stored.data.params == {"model.arch": "tiny", "train.epochs": "2"}
     assert stored.data.tags["k"] == "v"
     assert (tmp_path / "store" / "mlartifacts" / "xmr_test_unit").is_dir()
     assert list((tmp_path / "store" / "mlartifacts").rglob("note.txt"))
+
+
+def test_a_recorded_run_is_continued_and_ends_once(tmp_path: Path) -> None:
+    """A run that outlives its process (a training run, a sweep): RUNNING after it is created,
+    found again through its record on the same store only, FAILED when a resumed block raises."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    record = tmp_path / "run" / "xmr_run.json"
+    assert recorded_run(record, "mlflow_run_id", uri) is None
+    experiment = experiment_name("train", "toyworld")
+    tags = {"xmr.trial_id": "t1"}
+    with start_run(experiment, tracking_uri=uri, tags=tags, keep_running=True) as run:
+        run.set_tag("xmr.role", "kept")
+    write_run_record(record, run, "mlflow_run_id", {"config": {"epochs": 1}})
+    assert json.loads(record.read_text()) == {
+        "config": {"epochs": 1}, "mlflow_run_id": run.run_id, "tracking_uri": uri
+    }  # fmt: skip
+    assert client.get_run(run.run_id).info.status == "RUNNING"
+    run.end("KILLED")
+
+    again = recorded_run(record, "mlflow_run_id", uri)
+    assert again == TrackedRun(run.run_id, uri)
+    assert client.get_run(run.run_id).info.status == "RUNNING"  # reopened
+    assert recorded_run(record, "mlflow_run_id", f"sqlite:///{tmp_path / 'other.db'}") is None
+    with pytest.raises(RuntimeError), resume_run(run.run_id, tracking_uri=uri):
+        raise RuntimeError("the resumed attempt fails")
+    assert client.get_run(run.run_id).info.status == "FAILED"
+    (found,) = find_runs(experiment, {"xmr.trial_id": "t1"}, tracking_uri=uri)
+    assert found.info.run_id == run.run_id and found.data.tags["xmr.role"] == "kept"
+    assert find_runs("xmr/train/none", {"xmr.trial_id": "t1"}, tracking_uri=uri) == []

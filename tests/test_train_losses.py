@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from xmr.metrics.gender_bias import GENDER_CODES
 from xmr.models import create_model
-from xmr.models.batch import GENDER_IDS, TrainBatch
+from xmr.models.batch import TrainBatch
 from xmr.models.losses import (
     LossConfig,
     contrastive_losses,
@@ -19,7 +20,7 @@ from xmr.models.losses import (
 from xmr.train.config import OptimConfig
 from xmr.train.optim import lr_factor
 
-M, F_, N = GENDER_IDS["male"], GENDER_IDS["female"], GENDER_IDS["neutral"]
+M, F_, N = GENDER_CODES["male"], GENDER_CODES["female"], GENDER_CODES["neutral"]
 
 
 def _embeddings(b: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

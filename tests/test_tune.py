@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import mlflow
@@ -43,6 +45,30 @@ def test_the_shipped_spaces_load() -> None:
     assert clip.command == "eval" and clip.fixed["mi_split"] == "train"
     ratio = load_space("synth_ratio")
     assert ratio.pareto == (("test/recall_t2i_at_1", "test/odmap_at_1"),)
+
+
+def test_the_wheel_ships_every_module_and_the_search_spaces(tmp_path: Path) -> None:
+    """A non-editable install has the spaces: the wheel holds ``tune_spaces/*.yaml`` as the
+    package ``xmr.tune_spaces`` (found by name wherever xmr is installed), and every module."""
+    pytest.importorskip("setuptools")  # built here, without a build environment from PyPI
+    source = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("xmr", "tune_spaces"):
+        shutil.copytree(REPO / name, source / name, ignore=ignore)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("xmr-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    spaces = {f"xmr/tune_spaces/{p.name}" for p in (REPO / "tune_spaces").glob("*.yaml")}
+    assert len(spaces) >= 3 and spaces <= names
+    modules = {p.relative_to(REPO).as_posix() for p in (REPO / "xmr").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
 
 
 _VALID = {
@@ -300,30 +326,55 @@ def _run_ids_by_trial(db: Path) -> dict[str, tuple[str, str]]:
     return {trial: (run, status) for trial, run, status in rows}
 
 
+def _sweep_command(space: Path, db: Path, name: str) -> list[str]:
+    """``xmr tune`` of ``space`` in its own process, one trial at a time, logged to ``db``."""
+    return [
+        *(sys.executable, "-m", "xmr.cli", "tune", "--space", str(space)),
+        *("--name", name, "--max-concurrent", "1", "--tracking-uri", f"sqlite:///{db}"),
+    ]
+
+
+_SWEEP_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+def _start_and_wait(command: list[str], db: Path, log: Path, ready) -> subprocess.Popen:
+    """Start ``command`` and return once ``ready(trial id -> (run id, status))`` holds."""
+    process = subprocess.Popen(
+        command, cwd=log.parent, env=_SWEEP_ENV, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 600
+    try:
+        while not ready(_run_ids_by_trial(db)):
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the sweep got nowhere in 10 minutes"
+            time.sleep(0.1)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process
+
+
 @pytest.mark.slow
 def test_an_interrupted_sweep_resumes_where_it_stopped(tune_world, tmp_path) -> None:
     """Ctrl-C in the middle of a sweep, then the same command: the finished trials are kept,
     the rest run, and every trial has exactly one child run."""
     space = _clip_space(tmp_path / "clipm.yaml", tune_world, [0, 4, 8, 12, 16, 24, 32, 48])
     db = tmp_path / "mlflow.db"
-    command = [
-        *(sys.executable, "-m", "xmr.cli", "tune", "--space", str(space)),
-        *("--name", "interrupted", "--max-concurrent", "1", "--tracking-uri", f"sqlite:///{db}"),
-    ]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    log = (tmp_path / "first.log").open("w")
-    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while sum(s == "FINISHED" for _, s in _run_ids_by_trial(db).values()) < 2:
-        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "no trial finished in 5 minutes"
-        time.sleep(0.2)
+    command = _sweep_command(space, db, "interrupted")
+    env = _SWEEP_ENV
+
+    def two_finished(runs: dict) -> bool:
+        return sum(s == "FINISHED" for _, s in runs.values()) >= 2
+
+    first = _start_and_wait(command, db, tmp_path / "first.log", two_finished)
     first.send_signal(signal.SIGINT)
     assert first.wait(timeout=120) == 130
     assert "rerun the same command to resume it" in (tmp_path / "first.log").read_text()
     before = _run_ids_by_trial(db)
     done_before = {t: run for t, (run, status) in before.items() if status == "FINISHED"}
     assert 2 <= len(done_before) < 8, before
+    assert "RUNNING" not in {status for _, status in before.values()}, before  # cut short: KILLED
 
     second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -335,6 +386,30 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tune_world, tmp_path) -> 
     client = mlflow.MlflowClient(f"sqlite:///{db}")
     experiment = client.get_experiment_by_name("xmr/tune/clipm")
     assert len(client.search_runs([experiment.experiment_id], "")) == 9  # 1 parent + 8 trials
+
+
+@pytest.mark.slow
+def test_a_terminated_sweep_ends_its_parent_and_child_runs(tune_world, tmp_path) -> None:
+    """SIGTERM (``kill``, ``ray job stop``) while a trial runs stops the sweep as Ctrl-C does:
+    no MLflow run stays RUNNING, and the sweep can be resumed."""
+    space = _clip_space(tmp_path / "clipm.yaml", tune_world, [0, 4])
+    db = tmp_path / "mlflow.db"
+
+    def a_trial_running(runs: dict) -> bool:
+        return any(status == "RUNNING" for _, status in runs.values())
+
+    command = _sweep_command(space, db, "terminated")
+    sweep = _start_and_wait(command, db, tmp_path / "sweep.log", a_trial_running)
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=120) == 130
+    assert "rerun the same command to resume it" in (tmp_path / "sweep.log").read_text()
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    experiment = client.get_experiment_by_name("xmr/tune/clipm")
+    runs = client.search_runs([experiment.experiment_id], "")
+    statuses = {r.info.run_name: r.info.status for r in runs}
+    assert "RUNNING" not in statuses.values(), (statuses, (tmp_path / "sweep.log").read_text())
+    (parent,) = [r for r in runs if r.data.tags.get("xmr.command") == "tune"]
+    assert parent.info.status == "KILLED"  # interrupted, not failed: the same command resumes
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from xmr.metrics.gender_bias import GENDER_CODES
 from xmr.models import (
     CheckpointError,
     Corpus,
@@ -21,9 +22,10 @@ from xmr.models import (
     save_checkpoint,
     vsepp,
 )
-from xmr.models.batch import GENDER_IDS, TrainBatch
+from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, triplet_losses
-from xmr.models.vsepp import END, PAD, SPECIALS, START, UNK, Vocabulary, VseppModel
+from xmr.models.vocabulary import Vocabulary
+from xmr.models.vsepp import END, PAD, SPECIALS, START, UNK, VseppModel, word_vocabulary
 
 TINY = ["xmr-tiny-vgg", "xmr-tiny-resnet"]
 CAPTIONS = [
@@ -64,7 +66,7 @@ def _batch(model: VseppModel) -> TrainBatch:
         "a person riding a bicycle",  # neutral
         "people on a beach",  # neutral
     ]
-    gender = [GENDER_IDS[g] for g in ("male", "male", "female", "male", "male", "female")]
+    gender = [GENDER_CODES[g] for g in ("male", "male", "female", "male", "male", "female")]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         pixels = torch.stack([model.train_transform(images[i]) for i in image_ids.tolist()])
@@ -106,25 +108,27 @@ def test_config_files_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         vsepp.load_config("nope")
 
 
-def test_vocabulary_from_captions() -> None:
+def test_word_vocabulary_from_captions() -> None:
     captions = ["The dog runs.", "A dog sits", "a Dog, a cat", "the cat", "a bird"]
-    vocab = Vocabulary.from_captions(captions, min_count=2)
+    vocab = word_vocabulary(captions, min_count=2)
     # specials first, then by count (a: 3, dog: 3, cat: 2, the: 2), ties alphabetical
-    assert vocab.words == (*SPECIALS, "a", "dog", "cat", "the")
-    assert (PAD, START, END, UNK) == (0, 1, 2, 3)
+    assert vocab.tokens == (*SPECIALS, "a", "dog", "cat", "the")
+    assert (PAD, START, END, UNK) == (0, 1, 2, 3) and vocab.unknown == UNK
     assert vocab.id("<pad>") == PAD and vocab.id("<unk>") == UNK
     assert vocab.id("bird") == UNK and vocab.id("runs") == UNK  # once only: below min_count
-    assert vocab.encode("The DOG, a zebra", max_length=10) == [
-        START, vocab.id("the"), vocab.id("dog"), UNK, vocab.id("a"), UNK, END,
+    assert vocab.ids(vsepp.word_tokenize("The DOG, a zebra")) == [
+        vocab.id("the"), vocab.id("dog"), UNK, vocab.id("a"), UNK,
     ]  # fmt: skip
-    assert Vocabulary.from_captions(reversed(captions), min_count=2) == vocab  # order-free
-    assert Vocabulary.from_captions(captions, min_count=1).words[-3:] == ("bird", "runs", "sits")
+    assert word_vocabulary(reversed(captions), min_count=2) == vocab  # order-free
+    assert word_vocabulary(captions, min_count=1).tokens[-3:] == ("bird", "runs", "sits")
     with pytest.raises(ValueError, match="no word occurs 9 times"):
-        Vocabulary.from_captions(captions, min_count=9)
+        word_vocabulary(captions, min_count=9)
+    with pytest.raises(ValueError, match="without captions"):
+        word_vocabulary([], min_count=1)
     with pytest.raises(ValueError, match="starts with"):
-        Vocabulary(["dog", "<pad>"])
+        Vocabulary(["dog", "<pad>"], SPECIALS)
     with pytest.raises(ValueError, match="repeated"):
-        Vocabulary([*SPECIALS, "dog", "dog"])
+        Vocabulary([*SPECIALS, "dog", "dog"], SPECIALS)
 
 
 def test_tokenize_pads_truncates_and_marks_ends(tiny: VseppModel) -> None:
@@ -186,7 +190,7 @@ def test_checkpoint_round_trip_needs_no_corpus(tmp_path: Path, arch: str) -> Non
     trained = create_model("vsepp", arch=arch, corpus=CORPUS, seed=7)
     path = save_checkpoint(tmp_path / "model.pt", trained, {"epoch": 1})
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    assert saved["vocab"] == list(trained.vocab.words)
+    assert saved["vocab"] == list(trained.vocab.tokens)
 
     loaded = create_model(ModelSpec("vsepp", arch, None, checkpoint=path), seed=0)
     assert loaded.vocab == trained.vocab

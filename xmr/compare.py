@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import mlflow
 import pandas as pd
 from rich.table import Table
 
-from xmr.tracking import PARENT_TAG, resolve_tracking_uri
+from xmr.metrics.direction import find_direction
+from xmr.tracking import (
+    PARENT_TAG,
+    experiment_id,
+    experiment_names,
+    resolve_tracking_uri,
+    runs_frame,
+)
 
 DEFAULT_METRICS = (
     "test/recall_i2t_at_10",
@@ -26,25 +32,18 @@ IDENTITY_PARAMS = frozenset({"train.name", "data.root", "model.checkpoint"})
 """Params that differ between runs by construction, not by choice: never shown as columns."""
 
 
-def _search(uri: str, filter_string: str, experiment_ids: list[str] | None = None) -> pd.DataFrame:
-    mlflow.set_tracking_uri(uri)
-    if experiment_ids is None:
-        return mlflow.search_runs(search_all_experiments=True, filter_string=filter_string)
-    return mlflow.search_runs(experiment_ids=experiment_ids, filter_string=filter_string)
-
-
 def sweep_runs(sweep: str, *, tracking_uri: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """The trial runs of sweep ``sweep`` (its ``xmr.sweep_id``) and the sweep's metrics.
 
     Raises LookupError when no sweep has that id.
     """
     uri = resolve_tracking_uri(tracking_uri)
-    parents = _search(uri, f"tags.xmr.sweep_id = '{sweep}' and tags.xmr.command = 'tune'")
+    parents = runs_frame({"xmr.sweep_id": sweep, "xmr.command": "tune"}, tracking_uri=uri)
     if parents.empty:
         raise LookupError(f"no sweep {sweep!r} in {uri} (see the parent runs of xmr/tune/...)")
     parent = parents.iloc[0]
-    children = _search(
-        uri, f"tags.`{PARENT_TAG}` = '{parent['run_id']}'", [parent["experiment_id"]]
+    children = runs_frame(
+        {PARENT_TAG: parent["run_id"]}, tracking_uri=uri, experiment_ids=[parent["experiment_id"]]
     )
     metrics = str(parent.get("tags.xmr.metrics") or "").split(",")
     return children, [m for m in metrics if m]
@@ -53,12 +52,11 @@ def sweep_runs(sweep: str, *, tracking_uri: str | None = None) -> tuple[pd.DataF
 def experiment_runs(experiment: str, *, tracking_uri: str | None = None) -> pd.DataFrame:
     """Every run of ``experiment`` except sweep parents. LookupError when it doesn't exist."""
     uri = resolve_tracking_uri(tracking_uri)
-    mlflow.set_tracking_uri(uri)
-    found = mlflow.get_experiment_by_name(experiment)
+    found = experiment_id(experiment, tracking_uri=uri)
     if found is None:
-        names = sorted(e.name for e in mlflow.search_experiments())
+        names = experiment_names(tracking_uri=uri)
         raise LookupError(f"no experiment {experiment!r} in {uri}; there are: {', '.join(names)}")
-    runs = _search(uri, "", [found.experiment_id])
+    runs = runs_frame(tracking_uri=uri, experiment_ids=[found])
     if "tags.xmr.command" in runs:
         runs = runs[runs["tags.xmr.command"] != "tune"]
     return runs
@@ -122,8 +120,10 @@ def _headers(columns: Sequence[str]) -> tuple[list[str], str]:
 
 
 def comparison_table(frame: pd.DataFrame, title: str) -> Table:
-    """A rich table of :func:`comparison_frame` (metrics to 3 decimals, biases signed)."""
+    """A rich table of :func:`comparison_frame` (metrics to 3 decimals, signed ones such as
+    Bias@K with their sign: :func:`xmr.metrics.find_direction`)."""
     headers, prefix = _headers(list(frame.columns))
+    signed = {c for c in frame.columns if (d := find_direction(str(c))) and d.signed}
     table = Table(title=f"{title}{f' ({prefix} metrics)' if prefix else ''}")
     for column, header in zip(frame.columns, headers, strict=True):
         numeric = pd.api.types.is_float_dtype(frame[column]) and column not in ("run", "status")
@@ -133,7 +133,7 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
         for column in frame.columns:
             value = row[column]
             if isinstance(value, float):
-                cells.append("" if pd.isna(value) else f"{value:+.3f}" if "bias" in column
+                cells.append("" if pd.isna(value) else f"{value:+.3f}" if column in signed
                              else f"{value:.3f}")  # fmt: skip
             else:
                 cells.append(str(value))

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from xmr.data.default_world import default_toyworld
+from xmr.metrics import metric_direction
 from xmr.synth.build import synthesize_defaults
 from xmr.train.config import resolve_config
-from xmr.train.run import TrainResult, train
+
+if TYPE_CHECKING:
+    from xmr.train.run import TrainResult
 
 DEMO_EPOCHS = 3  # bench/RESULTS.md: the D′ effect is clear after 3 epochs
 CONDITIONS = {"D": None, "D ∪ D′": "dprime"}
@@ -36,10 +40,10 @@ class DemoResult:
 
 
 def run_demo(
+    workdir: Path,
     *,
     seed: int = 0,
     epochs: int = DEMO_EPOCHS,
-    workdir: Path = Path("xmr-demo"),
     tracking_uri: str | None = None,
     address: str | None = None,
     cpus_per_worker: int = 2,
@@ -50,6 +54,8 @@ def run_demo(
 
     ``data``: another ToyWorld folder (``xmr data toyworld``) instead of the default one.
     """
+    from xmr.train.run import train  # the Ray Train driver
+
     console = Console()
     world = data or default_toyworld(seed, progress=progress)
     console.rule("1/3  D′: remove co-occurring objects from the train split")
@@ -83,7 +89,9 @@ ROWS = [
 
 
 def comparison_table(result: DemoResult, split: str = "test") -> Table:
-    """Metrics as rows, conditions as columns, and the change D ∪ D′ − D."""
+    """Metrics as rows, conditions as columns, and the change D ∪ D′ − D: green where D ∪ D′
+    is better by the metric's direction (:func:`~xmr.metrics.metric_direction`; Bias@K by its
+    size), red where it is not."""
     table = Table(title=f"xmr demo: {split} split of the default ToyWorld")
     table.add_column("metric")
     for condition in result.runs:
@@ -95,7 +103,7 @@ def comparison_table(result: DemoResult, split: str = "test") -> Table:
         if key not in base:
             continue
         delta = mixed[key] - base[key]
-        better = abs(mixed[key]) < abs(base[key]) if name.startswith("bias") else delta > 0
+        better = metric_direction(key).better(mixed[key], than=base[key])
         colour = "green" if better else "red"
         table.add_row(
             name.replace("_at_", "@"),

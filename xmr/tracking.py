@@ -1,24 +1,42 @@
-"""MLflow conventions shared by every xmr command.
+"""MLflow conventions shared by every xmr command; the only module that imports ``mlflow``.
 
 - Tracking store: ``--tracking-uri`` > ``MLFLOW_TRACKING_URI`` > ``sqlite:///mlflow.db`` in the
   working directory (MLflow 3 rejects plain file stores).
-- Experiments are named ``xmr/<command>/<dataset>``; with a sqlite store their artifacts go to
-  ``mlartifacts/`` next to the database, wherever the command runs from.
+- Experiments are named ``xmr/<command>/<subject>`` (:func:`experiment_name`: the dataset, or
+  a sweep's space); with a sqlite store their artifacts go to ``mlartifacts/`` next to the
+  database, wherever the command runs from.
 - Params are namespaced (``model.arch``, ``data.dataset``); metric names use ``_at_`` instead of
-  ``@`` (``test/odmap_at_1``), which MLflow does not accept.
+  ``@`` (``test/odmap_at_1``), which MLflow does not accept; only finite numbers are logged as
+  metrics (:func:`is_finite_number`).
+- A run that outlives one process (a training run, a sweep's parent run) is remembered in a
+  JSON record in its folder (:func:`recorded_run`, :func:`write_run_record`), so that a rerun
+  continues the same MLflow run.
+
+``mlflow`` is imported inside the functions: importing this module (and every library module
+that logs through it) does not load MLflow.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import mlflow
+if TYPE_CHECKING:
+    import pandas as pd
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 DEFAULT_DB = "mlflow.db"
 PARENT_TAG = "mlflow.parentRunId"  # how MLflow (and its UI) nests a run under another
+RUN_NAME_TAG = "mlflow.runName"
+RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
@@ -29,6 +47,128 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     if env:
         return env
     return f"sqlite:///{Path.cwd() / DEFAULT_DB}"
+
+
+def experiment_name(command: str, subject: str) -> str:
+    """The experiment of ``xmr <command>`` on ``subject`` (a dataset, or a sweep's space name).
+
+    >>> experiment_name("train", "toyworld")
+    'xmr/train/toyworld'
+    """
+    return f"xmr/{command}/{subject}"
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether ``value`` can be logged as a metric: an int or float, not NaN or infinite.
+
+    >>> [is_finite_number(v) for v in (0.5, 3, float("nan"), "0.5", None)]
+    [True, True, False, False, False]
+    """
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _client(tracking_uri: str) -> MlflowClient:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri)
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """One MLflow run on one store, addressed by id: what the xmr commands log into.
+
+    Every method writes straight to the store (no active-run state), so a run can be logged
+    into from any thread or process that knows its id.
+    """
+
+    run_id: str
+    tracking_uri: str
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Params, each value as ``str(value)`` (what MLflow stores)."""
+        from mlflow.entities import Param
+
+        _client(self.tracking_uri).log_batch(
+            self.run_id, params=[Param(key, str(value)) for key, value in params.items()]
+        )
+
+    def params(self) -> dict[str, str]:
+        """The params logged so far."""
+        return dict(_client(self.tracking_uri).get_run(self.run_id).data.params)
+
+    def log_metrics(
+        self, metrics: Mapping[str, float], *, step: int = 0, timestamp_ms: int | None = None
+    ) -> None:
+        """Metrics at ``step``, stamped ``timestamp_ms`` (default: now, in ms since the epoch).
+
+        A fixed stamp makes a re-logged value (a resumed epoch) identical to the first one.
+        """
+        from mlflow.entities import Metric
+        from mlflow.utils.time import get_current_time_millis
+
+        stamp = get_current_time_millis() if timestamp_ms is None else timestamp_ms
+        _client(self.tracking_uri).log_batch(
+            self.run_id, metrics=[Metric(key, value, stamp, step) for key, value in metrics.items()]
+        )
+
+    def set_tag(self, key: str, value: str) -> None:
+        _client(self.tracking_uri).set_tag(self.run_id, key, value)
+
+    def log_artifact(self, path: Path | str) -> None:
+        """Copy the file at ``path`` into the run's artifacts (under its own name)."""
+        _client(self.tracking_uri).log_artifact(self.run_id, str(path))
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        _client(self.tracking_uri).log_text(self.run_id, text, artifact_file)
+
+    def log_dataset(self, frame: pd.DataFrame, *, source: str, name: str, context: str) -> None:
+        """Record ``frame`` (metadata: schema, digest, row count; not the rows) as an input."""
+        import mlflow.data
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        with warnings.catch_warnings():  # MLflow 3.17 registers the local source type twice
+            warnings.filterwarnings("ignore", message="The specified dataset source")
+            dataset = mlflow.data.from_pandas(frame, source=source, name=name)
+            entry = DatasetInput(  # as MlflowClient.log_inputs documents it
+                dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)]
+            )
+            _client(self.tracking_uri).log_inputs(self.run_id, datasets=[entry])
+
+    def has_dataset_inputs(self) -> bool:
+        return bool(_client(self.tracking_uri).get_run(self.run_id).inputs.dataset_inputs)
+
+    @contextmanager
+    def ending(self) -> Iterator[TrackedRun]:
+        """Context: the run ends FINISHED when the block completes, FAILED when it raises."""
+        try:
+            yield self
+        except BaseException:
+            self.end("FAILED")
+            raise
+        self.end("FINISHED")
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Set the run's status: ``RUNNING`` reopens it, the others end it (with an end time)."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r}; choose from {RUN_STATUSES}")
+        _client(self.tracking_uri).set_terminated(self.run_id, status)
+
+
+def _ensure_experiment(experiment: str, tracking_uri: str) -> None:
+    """Create ``experiment`` on first use (artifacts beside a sqlite database)."""
+    import mlflow
+
+    client = _client(tracking_uri)
+    if client.get_experiment_by_name(experiment) is not None:
+        return
+    try:
+        client.create_experiment(
+            experiment, artifact_location=_artifact_location(tracking_uri, experiment)
+        )
+    except mlflow.exceptions.MlflowException:  # created meanwhile by a concurrent trial
+        if client.get_experiment_by_name(experiment) is None:
+            raise
 
 
 def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
@@ -47,25 +187,110 @@ def start_run(
     tracking_uri: str | None = None,
     tags: Mapping[str, str] | None = None,
     parent_run_id: str | None = None,
-) -> Iterator[mlflow.ActiveRun]:
-    """Open an MLflow run in ``experiment`` (created on first use) on the resolved store.
+    keep_running: bool = False,
+) -> Iterator[TrackedRun]:
+    """Open a new MLflow run in ``experiment`` (created on first use) on the resolved store.
 
-    ``parent_run_id``: nest the run under that one (a sweep's trial under its sweep; the parent
-    must be in the same experiment for the UI to group them).
+    The run ends FINISHED when the block ends, FAILED when it raises. ``keep_running``: the
+    run stays RUNNING after the block, to be logged into and ended later (by another
+    process, or after a resume). ``parent_run_id``: nest the run under that one (a sweep's
+    trial under its sweep; the parent must be in the same experiment for the UI to group them).
     """
+    import mlflow
+
     uri = resolve_tracking_uri(tracking_uri)
+    _ensure_experiment(experiment, uri)
     mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
-        try:
-            mlflow.create_experiment(
-                experiment, artifact_location=_artifact_location(uri, experiment)
-            )
-        except mlflow.exceptions.MlflowException:  # created meanwhile by a concurrent trial
-            if mlflow.get_experiment_by_name(experiment) is None:
-                raise
     mlflow.set_experiment(experiment)
     tags = dict(tags or {})
     if parent_run_id:
         tags[PARENT_TAG] = parent_run_id
-    with mlflow.start_run(run_name=run_name, tags=tags) as run:
+    with mlflow.start_run(run_name=run_name, tags=tags) as active:
+        run = TrackedRun(active.info.run_id, uri)
         yield run
+    if keep_running:
+        run.end("RUNNING")
+
+
+@contextmanager
+def resume_run(run_id: str, *, tracking_uri: str | None = None) -> Iterator[TrackedRun]:
+    """Reopen the existing run ``run_id`` (RUNNING again) for the block: FINISHED when the
+    block completes, FAILED when it raises."""
+    run = TrackedRun(run_id, resolve_tracking_uri(tracking_uri))
+    run.end("RUNNING")
+    with run.ending():
+        yield run
+
+
+def recorded_run(record: Path, id_key: str, tracking_uri: str) -> TrackedRun | None:
+    """The run that ``record`` (written by :func:`write_run_record`) remembers under
+    ``id_key``, reopened (RUNNING); None when there is no record or it is of another store."""
+    if not record.is_file():
+        return None
+    saved = json.loads(record.read_text())
+    if saved.get("tracking_uri") != tracking_uri:
+        return None
+    run = TrackedRun(saved[id_key], tracking_uri)
+    run.end("RUNNING")
+    return run
+
+
+def write_run_record(record: Path, run: TrackedRun, id_key: str, fields: Mapping[str, Any]) -> None:
+    """Remember ``run`` in ``record`` (JSON: ``fields``, the run id as ``id_key``, the store as
+    ``tracking_uri``), creating the folder; a rerun finds it with :func:`recorded_run`."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(
+        json.dumps({**fields, id_key: run.run_id, "tracking_uri": run.tracking_uri}, indent=2)
+    )
+
+
+def _tag_filter(tags: Mapping[str, str]) -> str:
+    """An MLflow search filter that keeps the runs with all of ``tags``."""
+    return " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+
+
+def experiment_id(experiment: str, *, tracking_uri: str) -> str | None:
+    """The id of ``experiment``, None when the store has no such experiment."""
+    found = _client(tracking_uri).get_experiment_by_name(experiment)
+    return None if found is None else found.experiment_id
+
+
+def experiment_names(*, tracking_uri: str) -> list[str]:
+    """The names of every (active) experiment in the store, sorted."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    return sorted(e.name for e in mlflow.search_experiments())
+
+
+def find_runs(
+    experiment: str,
+    tags: Mapping[str, str],
+    *,
+    tracking_uri: str,
+    max_results: int | None = None,
+) -> list[Run]:
+    """The runs of ``experiment`` with all of ``tags`` (none when the experiment is missing)."""
+    found = experiment_id(experiment, tracking_uri=tracking_uri)
+    if found is None:
+        return []
+    limit = {} if max_results is None else {"max_results": max_results}
+    return _client(tracking_uri).search_runs([found], filter_string=_tag_filter(tags), **limit)
+
+
+def runs_frame(
+    tags: Mapping[str, str] | None = None,
+    *,
+    tracking_uri: str,
+    experiment_ids: list[str] | None = None,
+) -> pd.DataFrame:
+    """Runs with all of ``tags`` as a table (one row per run; ``run_id``, ``status``,
+    ``experiment_id``, ``params.*``, ``metrics.*``, ``tags.*`` columns), from ``experiment_ids``
+    or, when None, every experiment."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    filter_string = _tag_filter(tags or {})
+    if experiment_ids is None:
+        return mlflow.search_runs(search_all_experiments=True, filter_string=filter_string)
+    return mlflow.search_runs(experiment_ids=experiment_ids, filter_string=filter_string)

@@ -1,13 +1,6 @@
 """Post-processing debiasing of image–text features: CLIP-clip (gender paper §3.2)."""
 
-from xmr.debias.clip import (
-    GENDER_CODES,
-    apply_clip,
-    clip_dims,
-    clip_scores,
-    gender_labels,
-    top_dims,
-)
+from xmr.debias.clip import apply_clip, clip_dims, clip_scores, top_dims
 from xmr.debias.mutual_information import (
     MI_ESTIMATORS,
     histogram_mi,
@@ -16,12 +9,10 @@ from xmr.debias.mutual_information import (
 )
 
 __all__ = [
-    "GENDER_CODES",
     "MI_ESTIMATORS",
     "apply_clip",
     "clip_dims",
     "clip_scores",
-    "gender_labels",
     "histogram_mi",
     "ksg_mi",
     "mutual_information",

@@ -24,25 +24,17 @@ import numpy as np
 from scipy.ndimage import gaussian_filter
 from scipy.special import digamma
 
+from xmr.metrics.arrays import as_numpy
+
 MI_ESTIMATORS = ("histogram", "ksg")
 
 EPS = np.finfo(float).eps
 """Added to every smoothed histogram cell before normalising (as the reference code does)."""
 
 
-def _as_array(x: object) -> np.ndarray:
-    """numpy view/copy of a numpy array, sequence or torch tensor (detached, on the CPU)."""
-    if hasattr(x, "detach"):  # a torch tensor
-        x = x.detach().cpu()
-        if x.is_floating_point():
-            x = x.double()
-        return x.numpy()
-    return np.asarray(x)
-
-
 def _check(features: object, labels: object) -> tuple[np.ndarray, np.ndarray]:
     """float64 ``[N, D]`` features and int64 ``[N]`` labels, or ``ValueError``."""
-    x = _as_array(features)
+    x = as_numpy(features)
     if x.ndim != 2:
         raise ValueError(f"features must be [N, D], got shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
@@ -52,7 +44,7 @@ def _check(features: object, labels: object) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("features have no rows")
     if not np.isfinite(x).all():
         raise ValueError("features contain NaN or infinite values")
-    y = _as_array(labels)
+    y = as_numpy(labels)
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise ValueError(f"labels must be integers [N], got dtype {y.dtype} shape {y.shape}")
     if len(y) != len(x):

@@ -28,8 +28,9 @@ Here, over the records of one split:
   sub-category holds no other product, are skipped (counted in ``counts``). EI-CLIP's texts are
   embedded without the ``discard_groups`` entities (category and sub-category: the same for
   every candidate). Metrics ``{split}/subcat_recall_{i2t,t2i}_at_{k}``, ``{split}/subcat_sumr``.
-- **SumR**: ``100 ×`` the sum of the recalls (fractions) of both directions at every K, the
-  paper's scale (its Table 1 SumR 302 is 25.7+54.5+66.8+28.4+57.1+69.4).
+- **SumR**: :func:`xmr.metrics.summed_recall`, ``100 ×`` the sum of the recalls (fractions)
+  of both directions at every K, the paper's scale (its Table 1 SumR 302 is
+  25.7+54.5+66.8+28.4+57.1+69.4).
 
 Texts are embedded with the model's entity-aware encoder when it has one
 (:class:`ProductTextEncoder`: EI-CLIP's ``encode_product_texts``), else with ``encode_texts``.
@@ -49,7 +50,7 @@ import torch
 
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
-from xmr.metrics import recall_at_k
+from xmr.metrics import recall_at_k, summed_recall
 from xmr.metrics.ranking import check_ks
 from xmr.models import RetrievalModel
 from xmr.retrieval import topk_similarity
@@ -149,11 +150,6 @@ class ProductRetrievalResult:
 
     metrics: dict[str, float]
     counts: dict[str, int]
-
-
-def sumr(recalls: Sequence[Mapping[int, float]]) -> float:
-    """SumR: ``100 ×`` the sum of every recall (fractions) of every direction."""
-    return 100.0 * sum(sum(r.values()) for r in recalls)
 
 
 def _items_by_product(item_product: np.ndarray, num_products: int) -> list[np.ndarray]:
@@ -341,7 +337,7 @@ def product_retrieval(
         for d in DIRECTIONS:
             for k in ks:
                 metrics[f"{prefix}recall_{d}_at_{k}"] = recalls[d][k]
-        metrics[f"{prefix}sumr"] = sumr(list(recalls.values()))
+        metrics[f"{prefix}sumr"] = summed_recall(recalls.values())
     if "subcat" in protocols:
         if isinstance(model, ProductTextEncoder):
             kept = {g: v for g, v in products.text_entities.items() if g not in discard_groups}
@@ -362,7 +358,7 @@ def product_retrieval(
             counts[f"subcat_skipped_{d}"] = len(sets) - evaluated
             for k in ks:
                 metrics[f"{prefix}subcat_recall_{d}_at_{k}"] = recalls[d][k]
-        metrics[f"{prefix}subcat_sumr"] = sumr(list(recalls.values()))
+        metrics[f"{prefix}subcat_sumr"] = summed_recall(recalls.values())
     return ProductRetrievalResult(metrics, counts)
 
 
@@ -379,5 +375,4 @@ __all__ = [
     "full_recall",
     "product_retrieval",
     "sample_candidates",
-    "sumr",
 ]

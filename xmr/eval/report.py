@@ -7,14 +7,15 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-import mlflow
 from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
 from xmr.data.errors import DataError
-from xmr.eval.evaluate import EvalConfig, EvalResult, RetrievalExample
-from xmr.tracking import start_run
+from xmr.eval.config import EvalConfig
+from xmr.eval.score import EvalResult, RetrievalExample
+from xmr.metrics import metric_direction
+from xmr.tracking import TrackedRun, experiment_name, start_run
 
 _GROUPS = (
     ("Recall i2t", "recall_i2t_at_"),
@@ -25,7 +26,9 @@ _GROUPS = (
 
 
 def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
-    """One row per metric family, one column per K. Recall, ODmAP in %; Bias signed in [-1, 1]."""
+    """One row per metric family, one column per K, each labelled with its direction
+    (:func:`~xmr.metrics.metric_direction`: ↑ higher is better, →0 closer to 0). Recall and
+    ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with their sign."""
     table = Table(title="xmr eval")
     table.add_column("metric")
     for k in ks:
@@ -36,9 +39,12 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
         }
         if not values:
             continue
-        fmt = "{:+.3f}" if label == "Bias" else "{:.1f}"
-        scale = 1.0 if label == "Bias" else 100.0
-        table.add_row(label, *(fmt.format(values[k] * scale) if k in values else "" for k in ks))
+        direction = metric_direction(f"{stem}{min(values)}")
+        fmt, scale = ("{:+.3f}", 1.0) if direction.signed else ("{:.1f}", 100.0)
+        table.add_row(
+            f"{label} {direction.symbol}",
+            *(fmt.format(values[k] * scale) if k in values else "" for k in ks),
+        )
     return table
 
 
@@ -105,29 +111,31 @@ def log_to_mlflow(
 ) -> str:
     """Log one evaluation as a run of experiment ``xmr/eval/<dataset>``; returns the run id."""
     with start_run(
-        f"xmr/eval/{config.dataset}",
+        experiment_name("eval", config.dataset),
         run_name=run_name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval"},
     ) as run:
-        log_result(result, config)
-        return run.info.run_id
+        log_result(run, result, config)
+        return run.run_id
 
 
-def log_result(result: EvalResult, config: EvalConfig, *, examples: bool = True) -> None:
-    """Log an evaluation into the active MLflow run: params, metrics, counts and timings, the
-    metrics JSON, CLIP-clip's dimensions (``clip_dims.json``) and the ODmAP example grid."""
-    mlflow.log_params(result.params(config))
-    mlflow.log_metrics(result.metrics)
-    mlflow.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
-    mlflow.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
+def log_result(
+    run: TrackedRun, result: EvalResult, config: EvalConfig, *, examples: bool = True
+) -> None:
+    """Log an evaluation into ``run``: params, metrics, counts and timings, the metrics JSON,
+    CLIP-clip's dimensions (``clip_dims.json``) and the ODmAP example grid."""
+    run.log_params(result.params(config))
+    run.log_metrics(result.metrics)
+    run.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
+    run.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
     with tempfile.TemporaryDirectory() as tmp:
         write_json(result, config, Path(tmp) / "metrics.json")
-        mlflow.log_artifact(str(Path(tmp) / "metrics.json"))
+        run.log_artifact(Path(tmp) / "metrics.json")
         if result.clip is not None:
             clip_file = Path(tmp) / "clip_dims.json"
             clip_file.write_text(json.dumps(result.clip.to_json(), indent=2) + "\n")
-            mlflow.log_artifact(str(clip_file))
+            run.log_artifact(clip_file)
         if examples and result.examples:
             save_example_grid(result.examples, Path(tmp) / "odmap_examples.png")
-            mlflow.log_artifact(str(Path(tmp) / "odmap_examples.png"))
+            run.log_artifact(Path(tmp) / "odmap_examples.png")

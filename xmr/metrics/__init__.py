@@ -1,21 +1,65 @@
 """Retrieval and bias metrics over dense scores ``[Q, G]`` or a precomputed :class:`Ranking`.
 
 Ranking everywhere: higher score first, equal scores by the lower gallery index.
+
+The names below are imported from their modules on first use (PEP 562), so that light callers
+(``xmr compare``, reading a sweep space) can ask a metric's direction (:mod:`.direction`) without
+loading torch, which the metric functions need.
 """
 
-from xmr.metrics.average_precision import map_at_k
-from xmr.metrics.gender_bias import bias_at_k, similarity_bias
-from xmr.metrics.odmap import odmap_at_k, odmap_relevance
-from xmr.metrics.ranking import Ranking, rank
-from xmr.metrics.recall import recall_at_k
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xmr.metrics.average_precision import map_at_k
+    from xmr.metrics.direction import (
+        Direction,
+        UnknownMetricError,
+        find_direction,
+        metric_direction,
+    )
+    from xmr.metrics.gender_bias import bias_at_k, similarity_bias
+    from xmr.metrics.odmap import odmap_at_k, odmap_relevance
+    from xmr.metrics.ranking import Ranking, rank
+    from xmr.metrics.recall import recall_at_k, summed_recall
+
+_MODULE_OF = {  # exported name -> its module
+    "Direction": "direction",
+    "Ranking": "ranking",
+    "UnknownMetricError": "direction",
+    "bias_at_k": "gender_bias",
+    "find_direction": "direction",
+    "map_at_k": "average_precision",
+    "metric_direction": "direction",
+    "odmap_at_k": "odmap",
+    "odmap_relevance": "odmap",
+    "rank": "ranking",
+    "recall_at_k": "recall",
+    "similarity_bias": "gender_bias",
+    "summed_recall": "recall",
+}
 
 __all__ = [
+    "Direction",
     "Ranking",
+    "UnknownMetricError",
     "bias_at_k",
+    "find_direction",
     "map_at_k",
+    "metric_direction",
     "odmap_at_k",
     "odmap_relevance",
     "rank",
     "recall_at_k",
     "similarity_bias",
+    "summed_recall",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``name`` from the module that defines it, imported now."""
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

@@ -25,7 +25,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from xmr.metrics.ranking import Ranking, as_numpy, as_ranking
+from xmr.metrics.arrays import as_numpy
+from xmr.metrics.ranking import Ranking, as_ranking
 
 Normalization = Literal["retrieved", "min_k_relevant"]
 

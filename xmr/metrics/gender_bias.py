@@ -12,18 +12,46 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from xmr.metrics.ranking import Ranking, as_numpy, as_ranking, check_ks
+from xmr.metrics.arrays import as_numpy
+from xmr.metrics.ranking import Ranking, as_ranking, check_ks
 
-GENDERS = ("male", "female", "neutral")
-_CODE = {"male": 1, "female": -1, "neutral": 0}
+GENDER_CODES = {"male": 1, "female": -1, "neutral": 0}
+"""Each image gender label and its integer code, the one numbering in :mod:`xmr`: the metrics
+here, CLIP-clip's mutual-information labels (:mod:`xmr.debias.clip`) and the training batches'
+``image_gender`` (:class:`xmr.models.batch.TrainBatch`). The sign is the direction of a bias."""
+
+GENDERS = tuple(GENDER_CODES)
+"""The image gender labels: ``("male", "female", "neutral")``."""
+
+GENDER_OF_CODE = {code: label for label, code in GENDER_CODES.items()}
+"""Code -> image gender label, the inverse of :data:`GENDER_CODES`."""
 
 
-def gender_codes(image_gender: Sequence[str]) -> np.ndarray:
-    """int8 ``[N]``: +1 male, -1 female, 0 neutral. ``ValueError`` names the first bad label."""
-    for n, gender in enumerate(image_gender):
-        if gender not in _CODE:
-            raise ValueError(f"image_gender[{n}] = {gender!r} is not one of {GENDERS}")
-    return np.array([_CODE[g] for g in image_gender], dtype=np.int8)
+def gender_codes(
+    genders: Sequence[str] | Sequence[int] | np.ndarray | torch.Tensor, name: str = "image_gender"
+) -> np.ndarray:
+    """int64 ``[N]`` :data:`GENDER_CODES` (+1 male, -1 female, 0 neutral) of ``N`` per-image
+    genders: labels, or already codes (ints, a numpy array or a torch tensor).
+
+    ``ValueError`` names the first bad entry as ``{name}[index] = value``.
+    """
+    values = genders.tolist() if hasattr(genders, "tolist") else list(genders)
+    out = np.empty(len(values), np.int64)
+    for n, value in enumerate(values):
+        if isinstance(value, str) and value in GENDER_CODES:
+            out[n] = GENDER_CODES[value]
+        elif (
+            isinstance(value, int | np.integer)
+            and not isinstance(value, bool)
+            and value in GENDER_OF_CODE
+        ):
+            out[n] = value
+        else:
+            raise ValueError(
+                f"{name}[{n}] = {value!r} is not one of {GENDERS} "
+                f"or their codes {tuple(GENDER_CODES.values())}"
+            )
+    return out
 
 
 def bias_at_k(
@@ -46,8 +74,8 @@ def bias_at_k(
     if len(codes) != ranking.num_gallery:
         raise ValueError(f"{len(codes)} gender labels for a gallery of {ranking.num_gallery}")
     top = codes[ranking.top(max(ks))]
-    n_male = np.cumsum(top == 1, axis=1)  # [Q, K]: male images within rank <= i + 1
-    n_female = np.cumsum(top == -1, axis=1)
+    n_male = np.cumsum(top == GENDER_CODES["male"], axis=1)  # [Q, K]: male images in rank <= i + 1
+    n_female = np.cumsum(top == GENDER_CODES["female"], axis=1)
     out = {}
     for k in ks:
         col = min(k, top.shape[1]) - 1
@@ -85,12 +113,13 @@ def similarity_bias(
     codes = gender_codes(image_gender)
     if len(codes) != len(images):
         raise ValueError(f"{len(codes)} gender labels for {len(images)} images")
-    for code, name in ((1, "male"), (-1, "female")):
-        if not (codes == code).any():
+    for name in ("male", "female"):
+        if not (codes == GENDER_CODES[name]).any():
             raise ValueError(f"no {name} image: the similarity bias needs both gender groups")
     image_norm = np.linalg.norm(images, axis=1)
     text_norm = np.linalg.norm(text)
     if text_norm == 0 or (image_norm == 0).any():
         raise ValueError("cosine similarity is undefined for a zero feature vector")
     similarity = images @ text / (image_norm * text_norm)
-    return float(similarity[codes == 1].mean() - similarity[codes == -1].mean())
+    male, female = codes == GENDER_CODES["male"], codes == GENDER_CODES["female"]
+    return float(similarity[male].mean() - similarity[female].mean())

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from xmr.metrics.arrays import as_numpy
+
 # Row blocks of :func:`rank` hold about this many scores, bounding its temporaries (~8 B each).
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -71,22 +73,6 @@ class Ranking:
                 f"{self.num_gallery} gallery items; rank with k >= {k}"
             )
         return self.indices[:, :k]
-
-
-def as_numpy(x: np.ndarray | torch.Tensor) -> np.ndarray:
-    """A numpy view or copy of ``x``; floats become float32, or float64 if they were float64.
-
-    float16/bfloat16 widen exactly, so equal scores stay equal (ties are preserved).
-    """
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu()
-        if x.is_floating_point() and x.dtype != torch.float64:
-            x = x.float()
-        return x.numpy()
-    x = np.asarray(x)
-    if x.dtype == np.float16:
-        x = x.astype(np.float32)
-    return x
 
 
 def rank(scores: np.ndarray | torch.Tensor, k: int) -> Ranking:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,7 +47,8 @@ class ModelSpec:
 
     ``pretrained`` ``None`` (or ``"none"``, normalised to ``None``) means random init;
     ``checkpoint`` is a state dict loaded after construction (see
-    :meth:`RetrievalModel.load_checkpoint`).
+    :meth:`RetrievalModel.load_checkpoint`), its path made absolute (Ray workers run in other
+    folders).
     """
 
     family: str
@@ -58,7 +60,7 @@ class ModelSpec:
         if self.pretrained in ("", "none"):
             object.__setattr__(self, "pretrained", None)
         if self.checkpoint is not None:
-            object.__setattr__(self, "checkpoint", Path(self.checkpoint))
+            object.__setattr__(self, "checkpoint", Path(self.checkpoint).expanduser().resolve())
 
     def params(self) -> dict[str, str]:
         """Namespaced MLflow params (``model.family``, ``model.arch``, ...), ``"none"`` if unset."""
@@ -231,22 +233,49 @@ class RetrievalModel(ABC):
         self.module.load_state_dict(state)
 
 
+def check_checkpoint_file(path: str | Path) -> Path:
+    """``path`` as a :class:`~pathlib.Path` when it is a file (its content is not read).
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        CheckpointError: ``path`` is a directory.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file")
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    return path
+
+
+def _load_error(exc: BaseException) -> str:
+    """Why ``torch.load`` failed, in one line: the type, and for a ``weights_only`` refusal
+    what it refused (``Unsupported global: GLOBAL argparse.Namespace ...``)."""
+    text = str(exc)
+    _, marker, refused = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in (refused if marker else text).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 def read_checkpoint(path: str | Path) -> Any:
     """Everything in the checkpoint file ``path``, read on CPU with ``weights_only=True``.
 
     Raises:
         FileNotFoundError: no such file.
-        CheckpointError: the file needs arbitrary unpickling (refused) or is not a checkpoint.
+        CheckpointError: ``path`` is a directory, is not a checkpoint at all (a text file, a
+            truncated one), or needs arbitrary unpickling (refused); the message names it.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    path = check_checkpoint_file(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+    except Exception as exc:  # torch.load raises anything from IndexError to RuntimeError
+        if isinstance(exc, pickle.UnpicklingError) and zipfile.is_zipfile(path):
+            raise CheckpointError(
+                f"{path} holds more than tensors and plain containers, so it does not load with "
+                f"torch.load(weights_only=True) (refused, never executed): {_load_error(exc)}"
+            ) from exc
         raise CheckpointError(
-            f"{path} is not a checkpoint that loads with torch.load(weights_only=True) "
-            f"(only tensors and plain containers are allowed): {type(exc).__name__}: {exc}"
+            f"{path} is not a checkpoint: torch.load cannot read it ({_load_error(exc)})"
         ) from exc
 
 

@@ -12,9 +12,6 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-GENDER_IDS = {"neutral": 0, "male": 1, "female": 2}
-"""Image gender label -> the integer in :attr:`TrainBatch.image_gender`."""
-
 TextInputs = torch.Tensor | dict[str, torch.Tensor]
 """A family's tokenised text: ``[B, L]`` token ids, or a dict of ``[B, L]`` tensors (BERT)."""
 
@@ -28,7 +25,8 @@ class TrainBatch:
         text: the captions tokenised by the family (:data:`TextInputs`).
         image_ids: ``[B]`` int64; rows with equal ids show the same image (never each other's
             negatives).
-        image_gender: ``[B]`` int64, :data:`GENDER_IDS` of each row's image.
+        image_gender: ``[B]`` int64, the gender code of each row's image
+            (:data:`xmr.metrics.gender_bias.GENDER_CODES`: +1 male, -1 female, 0 neutral).
         caption_neutral: ``[B]`` bool, the caption names nobody's gender (FairSample applies).
         entities: EI-CLIP only: entity group -> ``[B]`` int64 entity ids (0 = unknown).
     """

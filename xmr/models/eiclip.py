@@ -17,13 +17,15 @@ Following the paper's §3.3 (eq. 6) and §4.1:
   ``E^D`` and between ``E^I`` and ``Ê^A`` (the paper's disentangling losses), all three with
   CLIP's learnable temperature (:class:`EiClipObjective`).
 
-Entity vocabularies: per group, id 0 is "unknown" (the empty value, an unseen entity, or one seen
-fewer than ``min_count`` times in the training corpus); known entities follow, most frequent
-first (ties alphabetical). An unknown entity contributes nothing to ``Ê^A`` (its term is masked
-out), so a product without metadata is embedded by its description alone. The vocabularies depend
-on the training data: :func:`build` makes them from a :class:`~xmr.models.Corpus`, or reads the
-ones a checkpoint holds (``checkpoint_extra``: ``{"entity_vocab": {group: [values in id order]},
-"entity_dim": int}``); a checkpoint's vocabularies win, so fine-tuning keeps the ids.
+Entity vocabularies (a :class:`~xmr.models.vocabulary.Vocabulary` per group, over
+:func:`~xmr.data.records.normalise_entity` strings): id 0 is "unknown" (the empty value, an
+unseen entity, or one seen fewer than ``min_count`` times in the training corpus); known
+entities follow, most frequent first (ties alphabetical). An unknown entity contributes nothing
+to ``Ê^A`` (its term is masked out), so a product without metadata is embedded by its
+description alone. The vocabularies depend on the training data: :func:`build` makes them from
+a :class:`~xmr.models.Corpus`, or reads the ones a checkpoint holds (``checkpoint_extra``:
+``{"entity_vocab": {group: [values in id order]}, "entity_dim": int}``); a checkpoint's
+vocabularies win, so fine-tuning keeps the ids.
 
 :meth:`EiClipModel.text_features` is the description-only embedding ``E^D`` (so the generic
 evaluation works unchanged); :meth:`EiClipModel.encode_product_texts` is the entity-aware one,
@@ -32,7 +34,7 @@ used by :mod:`xmr.eval.product_retrieval`.
 >>> from xmr.models import Corpus, create_model
 >>> corpus = Corpus(["Horse wool sweater in navy."] * 2, {"brand": ["horse", "dog"]})
 >>> model = create_model("eiclip", arch="xmr-tiny", corpus=corpus)
->>> model.vocabularies["brand"].values
+>>> model.vocabularies["brand"].tokens
 ('', 'dog', 'horse')
 >>> model.encode_product_texts(["A wool sweater."], {"brand": ["horse"]}).shape
 torch.Size([1, 128])
@@ -40,8 +42,7 @@ torch.Size([1, 128])
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import open_clip
@@ -55,9 +56,13 @@ from xmr.models import clip
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, read_checkpoint
 from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
+from xmr.models.vocabulary import Vocabulary
 
-UNKNOWN = 0
-"""The id of an unknown or absent entity in every group (its value in the vocabulary: "")."""
+ENTITY_RESERVED = ("",)
+"""The reserved tokens of an entity vocabulary: ``""``, the unknown or absent entity."""
+
+UNKNOWN = len(ENTITY_RESERVED) - 1
+"""The id of an unknown or absent entity in every group (0; its token in the vocabulary: "")."""
 
 DEFAULT_MIN_COUNT = 1
 """A training entity joins its group's vocabulary from this many rows."""
@@ -76,62 +81,12 @@ def list_archs() -> list[str]:
 # Entity vocabularies
 
 
-class EntityVocabulary:
-    """One group's entities in id order: ``""`` (unknown, id 0), then the known entities.
-
-    Attributes:
-        values: the entity strings, ``values[i]`` has id ``i``, each in
-            :func:`~xmr.data.records.normalise_entity` form.
-    """
-
-    def __init__(self, values: Iterable[str]):
-        values = tuple(values)
-        if not values or values[0] != "":
-            raise ValueError(f"an entity vocabulary starts with '' (unknown), got {values[:1]}")
-        if not all(isinstance(value, str) for value in values):
-            raise ValueError("an entity vocabulary holds only strings")
-        if len(set(values)) != len(values):
-            repeated = sorted(value for value, n in Counter(values).items() if n > 1)
-            raise ValueError(f"an entity vocabulary has repeated values: {repeated[:5]}")
-        self.values = values
-        self._ids = {value: i for i, value in enumerate(values)}
-
-    @classmethod
-    def from_values(cls, values: Iterable[str], min_count: int) -> EntityVocabulary:
-        """Every non-empty value seen at least ``min_count`` times (after normalisation), most
-        frequent first, ties in alphabetical order, after ``""``."""
-        if min_count < 1:
-            raise ValueError(f"min_count must be >= 1, got {min_count}")
-        counts = Counter(normalise_entity(value) for value in values)
-        kept = [value for value, n in counts.items() if value and n >= min_count]
-        kept.sort(key=lambda value: (-counts[value], value))
-        return cls(("", *kept))
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, EntityVocabulary) and self.values == other.values
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"EntityVocabulary({len(self) - 1} entities)"
-
-    def id(self, value: str) -> int:
-        """The id of ``value`` (normalised first); :data:`UNKNOWN` when not in the vocabulary."""
-        return self._ids.get(normalise_entity(value), UNKNOWN)
-
-    def encode(self, values: Sequence[str]) -> torch.Tensor:
-        """``B`` entity strings -> ``[B]`` int64 ids."""
-        return torch.tensor([self.id(value) for value in values], dtype=torch.int64)
-
-
 def entity_vocabularies(
     corpus: Corpus, min_count: int = DEFAULT_MIN_COUNT
-) -> dict[str, EntityVocabulary]:
-    """One vocabulary per entity group of ``corpus`` (sorted by name); a group in which no entity
-    reaches ``min_count`` rows is left out.
+) -> dict[str, Vocabulary]:
+    """One vocabulary per entity group of ``corpus`` (sorted by name): ``""``, then every
+    non-empty entity (normalised) seen in at least ``min_count`` rows, most frequent first, ties
+    in alphabetical order. A group in which no entity reaches ``min_count`` rows is left out.
 
     Raises:
         ValueError: the corpus has no entity that frequent (EI-CLIP needs entity metadata), or a
@@ -141,7 +96,8 @@ def entity_vocabularies(
     for group in sorted(corpus.entities):
         if not group or "." in group:
             raise ValueError(f"entity group {group!r}: a group name must be non-empty, no '.'")
-        vocabulary = EntityVocabulary.from_values(corpus.entities[group], min_count)
+        values = (normalise_entity(value) for value in corpus.entities[group])
+        vocabulary = Vocabulary.build(values, ENTITY_RESERVED, min_count)
         if len(vocabulary) > 1:
             vocabularies[group] = vocabulary
     if not vocabularies:
@@ -153,7 +109,7 @@ def entity_vocabularies(
     return vocabularies
 
 
-def _saved_vocabularies(path: Any, saved: Any) -> tuple[dict[str, EntityVocabulary], int] | None:
+def _saved_vocabularies(path: Any, saved: Any) -> tuple[dict[str, Vocabulary], int] | None:
     """The vocabularies and entity embedding size a checkpoint holds, None when it has none."""
     vocab = saved.get("entity_vocab") if isinstance(saved, Mapping) else None
     if vocab is None:
@@ -164,10 +120,10 @@ def _saved_vocabularies(path: Any, saved: Any) -> tuple[dict[str, EntityVocabula
             f"{path}: its 'entity_vocab' must map groups to value lists and its 'entity_dim' be "
             f"a positive int, got {type(vocab).__name__} and {dim!r}"
         )
-    try:
-        return {str(g): EntityVocabulary(values) for g, values in vocab.items()}, dim
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: its 'entity_vocab' is unusable: {exc}") from exc
+    return {
+        str(group): Vocabulary.from_checkpoint(values, ENTITY_RESERVED, path, "entity_vocab")
+        for group, values in vocab.items()
+    }, dim
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +222,8 @@ class EiClipModel(clip.ClipModel):
     ClipModel`'s (``text_features`` is the description-only embedding ``E^D``).
 
     Attributes:
-        vocabularies: group -> :class:`EntityVocabulary` (groups in the net's order).
+        vocabularies: group -> its entity :class:`~xmr.models.vocabulary.Vocabulary` (groups in
+            the net's order).
         entity_dim: size of the entity embedding tables (before the linear layer to ``D``).
     """
 
@@ -276,7 +233,7 @@ class EiClipModel(clip.ClipModel):
         self,
         spec: ModelSpec,
         net: EiClipNet,
-        vocabularies: Mapping[str, EntityVocabulary],
+        vocabularies: Mapping[str, Vocabulary],
         entity_dim: int,
         transform: Callable[[Image.Image], torch.Tensor],
         tokenizer: Callable[[list[str]], torch.Tensor],
@@ -291,7 +248,8 @@ class EiClipModel(clip.ClipModel):
         return self.module.groups
 
     def entity_ids(self, entities: Mapping[str, Sequence[str]]) -> dict[str, torch.Tensor]:
-        """Group -> ``B`` entity strings ("" = none) to group -> ``[B]`` int64 ids on CPU.
+        """Group -> ``B`` entity strings ("" = none) to group -> ``[B]`` int64 ids on CPU; each
+        string is normalised (:func:`~xmr.data.records.normalise_entity`) before its look-up.
 
         Every group of the model is returned (all :data:`UNKNOWN` when ``entities`` lacks it);
         groups the model does not know are ignored; ``{}`` for an empty mapping.
@@ -306,7 +264,10 @@ class EiClipModel(clip.ClipModel):
             return {}
         size = next(iter(lengths.values()))
         return {
-            group: vocabulary.encode(entities[group])
+            group: torch.tensor(
+                vocabulary.ids(normalise_entity(value) for value in entities[group]),
+                dtype=torch.int64,
+            )
             if group in entities
             else torch.full((size,), UNKNOWN, dtype=torch.int64)
             for group, vocabulary in self.vocabularies.items()
@@ -348,7 +309,7 @@ class EiClipModel(clip.ClipModel):
     def checkpoint_extra(self) -> dict[str, Any]:
         """``{"entity_vocab": {group: [values in id order]}, "entity_dim": int}``."""
         return {
-            "entity_vocab": {g: list(v.values) for g, v in self.vocabularies.items()},
+            "entity_vocab": {g: v.to_checkpoint() for g, v in self.vocabularies.items()},
             "entity_dim": self.entity_dim,
         }
 
@@ -415,7 +376,7 @@ class EiClipObjective(nn.Module):
 
 def _vocabularies(
     spec: ModelSpec, corpus: Corpus | None, min_count: int, entity_dim: int | None, embed_dim: int
-) -> tuple[dict[str, EntityVocabulary], int]:
+) -> tuple[dict[str, Vocabulary], int]:
     """The checkpoint's vocabularies when it has some (its weights are tied to them), else the
     corpus's; neither is an error."""
     if spec.checkpoint is not None:
@@ -475,12 +436,12 @@ def build(
 
 __all__ = [
     "DEFAULT_MIN_COUNT",
+    "ENTITY_RESERVED",
     "UNKNOWN",
     "EiClipModel",
     "EiClipNet",
     "EiClipObjective",
     "EntityEncoder",
-    "EntityVocabulary",
     "build",
     "entity_vocabularies",
     "list_archs",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from xmr.models.batch import GENDER_IDS
+from xmr.metrics.gender_bias import GENDER_CODES
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _balanced_negatives(
     weights = torch.zeros(candidates.shape, dtype=torch.float32, device=image_ids.device)
     groups = []
     for name in ("male", "female"):
-        member = candidates & (image_gender == GENDER_IDS[name])[:, None]
+        member = candidates & (image_gender == GENDER_CODES[name])[:, None]
         groups.append((member, member.sum(dim=0)))
     present = sum((count > 0).float() for _, count in groups)  # [texts]: 0, 1 or 2 groups
     for member, count in groups:

@@ -15,7 +15,13 @@ from typing import Protocol, cast
 
 import torch
 
-from xmr.models.base import Corpus, ModelSpec, RetrievalModel
+from xmr.models.base import (
+    Corpus,
+    ModelSpec,
+    RetrievalModel,
+    check_checkpoint_file,
+    read_state_dict,
+)
 
 
 class ModelFamily(Protocol):
@@ -69,10 +75,19 @@ def default_rerank_k(spec: ModelSpec) -> int:
 
 
 def check_spec(spec: ModelSpec) -> ModelFamily:
-    """Fail fast, before any worker starts: unknown family or arch, or a missing checkpoint.
+    """Fail fast, before any worker starts: unknown family or arch, or a checkpoint that is
+    missing or holds no state dict (it is read here, on CPU).
 
     Returns the family module. Raises ValueError or FileNotFoundError naming what is wrong.
     """
+    family = _checked_family(spec)
+    if spec.checkpoint is not None:
+        read_state_dict(spec.checkpoint)
+    return family
+
+
+def _checked_family(spec: ModelSpec) -> ModelFamily:
+    """The family module of ``spec``; ValueError for an unknown family or arch."""
     family = _family(spec.family)
     archs = family.list_archs()
     if spec.arch not in archs:
@@ -81,8 +96,6 @@ def check_spec(spec: ModelSpec) -> ModelFamily:
         raise ValueError(
             f"unknown {spec.family} arch {spec.arch!r}{hint}; choose from {sorted(archs)}"
         )
-    if spec.checkpoint is not None and not Path(spec.checkpoint).is_file():
-        raise FileNotFoundError(f"checkpoint {spec.checkpoint} does not exist")
     return family
 
 
@@ -117,7 +130,9 @@ def create_model(
         if arch is None:
             raise ValueError(f"arch is required; see list_archs({spec_or_family!r})")
         spec = ModelSpec(spec_or_family, arch, pretrained, Path(checkpoint) if checkpoint else None)
-    family = check_spec(spec)
+    family = _checked_family(spec)
+    if spec.checkpoint is not None:
+        check_checkpoint_file(spec.checkpoint)  # before a costly build; read after it
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)

@@ -10,8 +10,9 @@
 - **Vocabulary**: word level, lower-cased, NLTK's ``TreebankWordTokenizer`` (needs no NLTK data);
   ``<pad>`` = 0, ``<start>``, ``<end>``, ``<unk>``, then every training word seen at least
   ``min_word_count`` times (VSE++: 4), most frequent first (ties alphabetical). It depends on the
-  training data: :func:`build` makes it from a :class:`~xmr.models.Corpus`, or reads the one a
-  checkpoint holds (``checkpoint_extra`` saves it as ``{"vocab": [words in id order]}``).
+  training data: :func:`build` makes it (:func:`word_vocabulary`, a
+  :class:`~xmr.models.vocabulary.Vocabulary`) from a :class:`~xmr.models.Corpus`, or reads the
+  one a checkpoint holds (``checkpoint_extra`` saves it as ``{"vocab": [words in id order]}``).
 - **Objective**: the hinge triplet loss on the hardest negative, summed over the batch
   (:class:`VseppObjective`), with FairSample on text->image when ``fair_alpha > 0``.
 
@@ -23,7 +24,7 @@ small random-init configs for CPU tests and demos.
 >>> from xmr.models import Corpus, create_model
 >>> corpus = Corpus(["a dog with a frisbee", "a dog on the grass"] * 4)
 >>> model = create_model("vsepp", arch="xmr-tiny-vgg", corpus=corpus)
->>> model.vocab.words[:6]
+>>> model.vocab.tokens[:6]
 ('<pad>', '<start>', '<end>', '<unk>', 'a', 'dog')
 >>> model.encode_texts(["a dog"]).shape
 torch.Size([1, 64])
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -52,6 +52,7 @@ from torchvision.models.vgg import VGG, make_layers
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, RetrievalModel, read_checkpoint
 from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, fair_triplet_t2i, mix_fair, triplet_losses
+from xmr.models.vocabulary import Vocabulary
 
 CONFIGS = Path(__file__).parent / "configs" / "vsepp"
 
@@ -201,70 +202,24 @@ def word_tokenize(text: str) -> list[str]:
     return _treebank().tokenize(text.lower())
 
 
-class Vocabulary:
-    """Words in id order: :data:`SPECIALS` first, then the training words.
+def word_vocabulary(captions: Iterable[str], min_count: int) -> Vocabulary:
+    """:data:`SPECIALS`, then every word of ``captions`` (:func:`word_tokenize`) seen at least
+    ``min_count`` times, most frequent first (ties in alphabetical order).
 
-    Attributes:
-        words: the words, ``words[i]`` has id ``i``.
+    Raises:
+        ValueError: no caption, or no word that frequent.
     """
-
-    def __init__(self, words: Iterable[str]):
-        words = tuple(words)
-        if words[: len(SPECIALS)] != SPECIALS:
-            raise ValueError(f"a VSE++ vocabulary starts with {list(SPECIALS)}, got {words[:4]}")
-        if not all(isinstance(word, str) for word in words):
-            raise ValueError("a VSE++ vocabulary holds only strings")
-        if len(set(words)) != len(words):
-            repeated = sorted(word for word, n in Counter(words).items() if n > 1)
-            raise ValueError(f"a VSE++ vocabulary has repeated words: {repeated[:5]}")
-        self.words = words
-        self._ids = {word: i for i, word in enumerate(words)}
-
-    @classmethod
-    def from_captions(cls, captions: Iterable[str], min_count: int) -> Vocabulary:
-        """Every word of ``captions`` seen at least ``min_count`` times, most frequent first
-        (ties in alphabetical order), after the specials.
-
-        Raises:
-            ValueError: no caption, or no word that frequent.
-        """
-        counts: Counter[str] = Counter()
-        n = 0
-        for caption in captions:
-            counts.update(word_tokenize(caption))
-            n += 1
-        if n == 0:
-            raise ValueError("cannot build a VSE++ vocabulary from a corpus without captions")
-        kept = [w for w, c in counts.items() if c >= min_count and w not in SPECIALS]
-        if not kept:
-            raise ValueError(
-                f"no word occurs {min_count} times (min_word_count) in the {n} corpus captions"
-            )
-        kept.sort(key=lambda word: (-counts[word], word))
-        return cls((*SPECIALS, *kept))
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    def __contains__(self, word: object) -> bool:
-        return word in self._ids
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Vocabulary) and self.words == other.words
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Vocabulary({len(self)} words)"
-
-    def id(self, word: str) -> int:
-        """The id of ``word`` (:data:`UNK` when it is not in the vocabulary)."""
-        return self._ids.get(word, UNK)
-
-    def encode(self, text: str, max_length: int) -> list[int]:
-        """``[<start>, words..., <end>]`` ids of ``text``, at most ``max_length`` of them."""
-        ids = [self.id(word) for word in word_tokenize(text)[: max_length - 2]]
-        return [START, *ids, END]
+    captions = list(captions)
+    if not captions:
+        raise ValueError("cannot build a VSE++ vocabulary from a corpus without captions")
+    words = (word for caption in captions for word in word_tokenize(caption))
+    vocab = Vocabulary.build(words, SPECIALS, min_count)
+    if len(vocab) == len(SPECIALS):
+        raise ValueError(
+            f"no word occurs {min_count} times (min_word_count) in the {len(captions)} corpus "
+            "captions"
+        )
+    return vocab
 
 
 def _vocabulary(spec: ModelSpec, config: VseppConfig, corpus: Corpus | None) -> Vocabulary:
@@ -274,10 +229,7 @@ def _vocabulary(spec: ModelSpec, config: VseppConfig, corpus: Corpus | None) -> 
         saved = read_checkpoint(spec.checkpoint)
         words = saved.get("vocab") if isinstance(saved, Mapping) else None
         if words is not None:
-            try:
-                return Vocabulary(words)
-            except (TypeError, ValueError) as exc:
-                raise CheckpointError(f"{spec.checkpoint}: its 'vocab' is unusable: {exc}") from exc
+            return Vocabulary.from_checkpoint(words, SPECIALS, spec.checkpoint, "vocab")
         if corpus is None:
             raise CheckpointError(
                 f"{spec.checkpoint} holds no VSE++ vocabulary ('vocab'): VSE++ needs the word "
@@ -285,7 +237,7 @@ def _vocabulary(spec: ModelSpec, config: VseppConfig, corpus: Corpus | None) -> 
                 "xmr.models.save_checkpoint (which stores it), or pass the training corpus."
             )
     if corpus is not None:
-        return Vocabulary.from_captions(corpus.captions, config.min_word_count)
+        return word_vocabulary(corpus.captions, config.min_word_count)
     raise ValueError(
         f"vsepp {spec.arch!r} needs a word vocabulary built from its training captions: train "
         "it with `xmr train --model vsepp` (which builds the vocabulary from the training data), "
@@ -496,7 +448,7 @@ class VseppModel(RetrievalModel):
         length = self.config.max_length
         rows = []
         for text in texts:
-            ids = self.vocab.encode(text, length)
+            ids = [START, *self.vocab.ids(word_tokenize(text)[: length - 2]), END]
             rows.append(ids + [PAD] * (length - len(ids)))
         return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), length)
 
@@ -512,7 +464,7 @@ class VseppModel(RetrievalModel):
 
     def checkpoint_extra(self) -> dict[str, Any]:
         """``{"vocab": [words in id order]}``."""
-        return {"vocab": list(self.vocab.words)}
+        return {"vocab": self.vocab.to_checkpoint()}
 
 
 class VseppObjective(nn.Module):
@@ -586,7 +538,6 @@ __all__ = [
     "UNK",
     "ImageEncoder",
     "TextEncoder",
-    "Vocabulary",
     "VseppConfig",
     "VseppModel",
     "VseppNet",
@@ -598,4 +549,5 @@ __all__ = [
     "load_config",
     "pretrained_tags",
     "word_tokenize",
+    "word_vocabulary",
 ]

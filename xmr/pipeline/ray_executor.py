@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import ray
+import ray._private.ray_constants
 import ray.data
 
 from xmr.pipeline.stage import Batch, Stage
+from xmr.progress import stdout_is_terminal
+
+_LOOPBACK = "127.0.0.1"
 
 
 def init_ray(
@@ -19,14 +27,74 @@ def init_ray(
     ``log_to_driver``: show the workers' output here (training progress); pipelines keep it
     off and report through their own progress bars. Does nothing when Ray is already
     initialised in this process.
+
+    A local Ray listens on loopback only (see :func:`_single_node_addresses`); token
+    authentication stays as Ray sets it (on). Its dashboard runs on a free loopback port
+    because Ray Train's placement-group cleaner asks the dashboard's state API whether the
+    training controller still lives: the job's processes get that API's address, or the
+    cleaner looks for a Ray on the machine, fails when there are several (a traceback), and
+    warns every second when there is no state API.
+
+    When standard output is not a terminal (a job log, CI, a pipe), Ray Data's console shows
+    warnings and errors only: its INFO lines and its periodic progress reports, which it logs
+    instead of bars there, go to its log file (``ray-data.log`` in Ray's session folder).
     """
     if ray.is_initialized():
         return
+    if not stdout_is_terminal():
+        _ray_data_console_level(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=log_to_driver)
-    else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
+        return
+    dashboard_port = _free_loopback_port()
+    with _single_node_addresses():
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=True,
+            dashboard_host=_LOOPBACK,
+            dashboard_port=dashboard_port,
+            log_to_driver=log_to_driver,
+            runtime_env={
+                "env_vars": {"RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}"}
+            },
+        )
+
+
+def _ray_data_console_level(level: int) -> None:
+    """Show Ray Data's log records from ``level`` up on this process's console (its log file
+    keeps them all)."""
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setLevel(level)
+
+
+def _free_loopback_port() -> int:
+    """A TCP port nothing listens on at loopback now."""
+    with socket.socket() as probe:
+        probe.bind((_LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def _single_node_addresses() -> Iterator[None]:
+    """Make a local Ray started inside this block take the loopback address as its node address.
+
+    Ray's GCS, raylet, workers and agents listen on loopback only when the node address is
+    loopback; otherwise on every interface. On Linux Ray replaces a loopback node address (even
+    an explicit ``_node_ip_address="127.0.0.1"``) with the machine's own address, so that other
+    machines can join; it keeps loopback only where multi-node clusters are off, as on macOS
+    and Windows (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``). Ray reads that switch once, on import,
+    so it is turned off on the loaded module for the start only; the started processes get
+    the node address on their command lines.
+    """
+    constants = ray._private.ray_constants
+    saved = constants.ENABLE_RAY_CLUSTER
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = saved
 
 
 def cluster_gpus() -> int:
@@ -91,3 +159,49 @@ def run_stage(rows: list[dict], stage: Stage, *, actors: int) -> Batch:
     columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     order = np.argsort(columns.pop("row"), kind="stable")
     return {key: value[order] for key, value in columns.items()}
+
+
+class RayExecutor:
+    """Maps a list of stages over rows on Ray Data and streams the output batches back.
+
+    Generic: it knows stages (:class:`~xmr.pipeline.stage.Stage`, each with its resources) and
+    batches, nothing of what they compute. Constructing one attaches to the cluster or starts
+    local Ray (:func:`init_ray`): make it only after every check that needs no cluster.
+    """
+
+    def __init__(
+        self, address: str | None = None, num_cpus: int | None = None, *, progress: bool = True
+    ) -> None:
+        """``progress``: Ray Data's progress bars. Rows keep their input order through the
+        stages, so a consumer that groups consecutive rows buffers one group at a time."""
+        init_ray(address, num_cpus)
+        context = ray.data.DataContext.get_current()
+        context.execution_options.preserve_order = True
+        context.enable_progress_bars = progress
+
+    @property
+    def cpus(self) -> int:
+        """CPU cores the cluster has now (1 when Ray reports none)."""
+        return int(ray.cluster_resources().get("CPU", 1))
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the cluster has now (0 on a laptop)."""
+        return cluster_gpus()
+
+    def stream(
+        self, rows: list[dict], stages: Sequence[tuple[Stage, int]], *, blocks: int
+    ) -> Iterator[Batch]:
+        """Run ``stages`` in order over ``rows`` and yield the output batches as they finish.
+
+        Args:
+            rows: input rows (dicts with the same keys), cut into ``blocks`` blocks.
+            stages: each stage with its number of parallel workers (see :func:`map_stage`).
+
+        Yields:
+            The last stage's output batches, in input order; their sizes follow the blocks.
+        """
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        for stage, actors in stages:
+            ds = map_stage(ds, stage, actors=actors)
+        yield from ds.iter_batches(batch_format="numpy", batch_size=None)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from xmr.metrics.arrays import as_numpy
 from xmr.metrics.ranking import Ranking
 
 ScorePairs = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -59,7 +60,7 @@ def rerank(
     for start in range(0, num_queries, step):
         block = candidates[start : start + step]
         queries = np.repeat(np.arange(start, start + len(block), dtype=np.int64), top)
-        pair = np.asarray(score_pairs(queries, block.reshape(-1)))
+        pair = as_numpy(score_pairs(queries, block.reshape(-1)))
         if pair.shape != queries.shape:
             raise ValueError(
                 f"score_pairs returned shape {list(pair.shape)} for {len(queries)} pairs"

@@ -2,7 +2,7 @@
 
 import typer
 
-from xmr.cli import synth_command
+from xmr.synth.command import synth_command
 
 app = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
 app.command()(synth_command)

@@ -1,12 +1,14 @@
-"""Build D′ on Ray Data: read -> (detect) -> plan -> fill -> caption -> write, resumable.
+"""Build D′: read -> (detect) -> plan -> fill -> caption -> write, resumable.
 
-Two passes. The planning pass maps :class:`~xmr.synth.stages.PlanRows` (after
-:class:`~xmr.synth.stages.DetectObjects` when boxes come from GroundingDINO) over the records and
-saves the plan. The synthesis pass maps :class:`~xmr.synth.stages.FillImages` and
+Two passes, each a list of stages that the executor (:class:`~xmr.pipeline.ray_executor.
+RayExecutor`, Ray Data) maps over rows. The planning pass runs :class:`~xmr.synth.stages.PlanRows`
+(after :class:`~xmr.synth.stages.DetectObjects` when boxes come from GroundingDINO) over the
+records and saves the plan. The synthesis pass runs :class:`~xmr.synth.stages.FillImages` and
 :class:`~xmr.synth.stages.WriteCaptions` — separate operators with their own resources, so GPU
-and CPU stages run concurrently — over the rows of the shards not yet on disk, and the driver
+and CPU stages run concurrently — over the rows of the shards not yet on disk, and this module
 commits each shard as soon as its last row arrives. A rerun with the same config and ``out``
-reuses the plan and redoes only the missing shards.
+reuses the plan and redoes only the missing shards. Every refusal that needs no cluster (another
+config or input data in ``out``, shards of another plan) comes before Ray starts.
 
 ``planned`` counts units of work: every planned row, plus every image that could not be planned
 (unreadable input, bad annotation, unplannable boxes). Each unit ends in exactly one of the
@@ -21,13 +23,12 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import ray
-import ray.data
 
 from xmr import __version__
 from xmr.data import DataError, DataIssue, read_dataset
@@ -35,8 +36,7 @@ from xmr.data.coco import load_json
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
 from xmr.data.synthetic import MANIFEST
-from xmr.pipeline import Resources
-from xmr.pipeline.ray_executor import cluster_gpus, init_ray, map_stage
+from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import (
@@ -63,6 +63,9 @@ from xmr.synth.stages import (
     plan_inputs,
 )
 from xmr.text import FLICKR30K_ODMAP_CLASSES
+
+if TYPE_CHECKING:  # the executor imports Ray: loaded only when a build runs
+    from xmr.pipeline.ray_executor import RayExecutor
 
 STAGES = ("read", "detect", "plan", "fill", "caption")
 
@@ -173,17 +176,12 @@ class _Placement:
         return max(1, cpu_default)
 
 
-def _placement(gpu_stages: int, runtime: SynthRuntime) -> _Placement:
-    cpus = int(ray.cluster_resources().get("CPU", 1))
-    return _Placement(cpus, cluster_gpus(), gpu_stages, runtime.gpus_per_actor)
+def _placement(executor: RayExecutor, gpu_stages: int, runtime: SynthRuntime) -> _Placement:
+    return _Placement(executor.cpus, executor.gpus, gpu_stages, runtime.gpus_per_actor)
 
 
 def _device(resources: Resources) -> str:
     return "cuda" if resources.gpus > 0 else "cpu"
-
-
-def _collect(ds: ray.data.Dataset) -> Iterator[Batch]:
-    yield from ds.iter_batches(batch_format="numpy", batch_size=None)
 
 
 def _add_busy(busy: Counter, batch: Batch) -> None:
@@ -194,30 +192,36 @@ def _add_busy(busy: Counter, batch: Batch) -> None:
 
 
 def plan_pass(
-    records: list[ImageRecord], config: SynthConfig, runtime: SynthRuntime, root: Path
+    executor: RayExecutor,
+    records: list[ImageRecord],
+    config: SynthConfig,
+    runtime: SynthRuntime,
+    classes: list[str],
 ) -> tuple[list[PlannedRow], list[dict], dict[str, float]]:
-    """Plan every record on Ray: ``(rows in plan order, error rows, busy seconds per stage)``."""
+    """Plan every record: ``(rows in plan order, error rows, busy seconds per stage)``.
+
+    ``classes``: what GroundingDINO is prompted with (``--boxes groundingdino`` only).
+    """
     if not records:
         return [], [], {}
     detect = config.boxes == "groundingdino"
-    place = _placement(int(detect), runtime)
+    place = _placement(executor, int(detect), runtime)
     items = plan_inputs(records)
     blocks = math.ceil(len(items) / runtime.batch_size)
-    ds = ray.data.from_items(items, override_num_blocks=blocks)
+    stages: list[tuple[Stage, int]] = []
     detect_actors = 0
     if detect:
         resources = place.resources(True)
         detect_actors = place.actors(runtime.detect_actors, True, 1)
-        classes = detection_classes(config, root)
         stage = DetectObjects(config, classes, resources, runtime.batch_size, _device(resources))
-        ds = map_stage(ds, stage, actors=detect_actors)
+        stages.append((stage, detect_actors))
     cpu_default = place.cpus - (detect_actors if detect and not place.gpus else 0)
     plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, blocks))
     # Planning is light per record: a few large tasks per worker keep Ray's per-task cost small.
     plan_batch = max(runtime.batch_size, math.ceil(len(items) / (4 * plan_actors)))
-    ds = map_stage(ds, PlanRows(config, Resources(1.0), plan_batch), actors=plan_actors)
+    stages.append((PlanRows(config, Resources(1.0), plan_batch), plan_actors))
     rows, errors, busy = [], [], Counter()
-    for batch in _collect(ds):
+    for batch in executor.stream(items, stages, blocks=blocks):
         _add_busy(busy, batch)
         for i in range(len(batch["key"])):
             if batch["error"][i]:
@@ -260,6 +264,7 @@ class _ShardAssembler:
 
 
 def synth_pass(
+    executor: RayExecutor,
     rows: list[PlannedRow],
     shards: list[list[str]],
     pending: set[int],
@@ -275,7 +280,7 @@ def synth_pass(
     if not todo:
         return {}
     fill_gpu, caption_gpu = config.fill == "sd", config.caption == "captioner"
-    place = _placement(int(fill_gpu) + int(caption_gpu), runtime)
+    place = _placement(executor, int(fill_gpu) + int(caption_gpu), runtime)
     fill_res, caption_res = place.resources(fill_gpu), place.resources(caption_gpu)
     blocks = math.ceil(len(todo) / runtime.batch_size)
     if not (fill_gpu or caption_gpu):
@@ -287,19 +292,14 @@ def synth_pass(
         cpu_left = place.cpus - (0 if caption_res.gpus else caption_actors)
         fill_actors = place.actors(runtime.fill_actors, fill_gpu, cpu_left)
     fill_batch = runtime.batch_size if not fill_res.gpus else min(runtime.batch_size, 8)
+    fill = FillImages(config, fill_res, fill_batch, device=_device(fill_res))
+    caption = WriteCaptions(config, caption_res, runtime.batch_size, device=_device(caption_res))
+    stages: list[tuple[Stage, int]] = [(fill, fill_actors), (caption, caption_actors)]
     blank = {name: "" for name in ERROR_COLUMNS}
-    ds = ray.data.from_items([{**r.to_dict(), **blank} for r in todo], override_num_blocks=blocks)
-    ds = map_stage(
-        ds, FillImages(config, fill_res, fill_batch, device=_device(fill_res)), actors=fill_actors
-    )
-    ds = map_stage(
-        ds,
-        WriteCaptions(config, caption_res, runtime.batch_size, device=_device(caption_res)),
-        actors=caption_actors,
-    )
+    inputs = [{**r.to_dict(), **blank} for r in todo]
     assembler = _ShardAssembler(runtime.out, shards, pending)
     busy: Counter = Counter()
-    for batch in _collect(ds):
+    for batch in executor.stream(inputs, stages, blocks=blocks):
         start = time.perf_counter()
         _add_busy(busy, batch)
         for i in range(len(batch["key"])):
@@ -313,10 +313,50 @@ def synth_pass(
     return dict(busy)
 
 
-def _configure_ray_data(progress: bool) -> None:
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True  # rows arrive in plan order: one shard buffered
-    ctx.enable_progress_bars = progress
+def _saved_plan(
+    out: Path, config: SynthConfig, digest: str
+) -> tuple[list[PlannedRow], list[dict]] | None:
+    """The plan an earlier run of this build saved in ``out`` (rows, error rows), or None.
+
+    Raises:
+        ValueError: ``out`` holds a plan made from another config or other input data.
+    """
+    saved = read_plan(out)
+    if saved is None:
+        return None
+    rows, plan_errors, metadata = saved
+    expected = {"config_hash": config.fingerprint(), "inputs_hash": digest}
+    for name, value in expected.items():
+        if metadata.get(name) != value:
+            raise ValueError(
+                f"--out {out} holds a D′ built from another "
+                f"{'config' if name == 'config_hash' else 'input data'} "
+                f"({name} {metadata.get(name)} != {value}); use a new --out"
+            )
+    return rows, plan_errors.to_pylist()
+
+
+def _shards_of(
+    out: Path, rows: Sequence[PlannedRow], rows_per_shard: int
+) -> tuple[list[list[str]], set[int]]:
+    """The plan's shards (row keys of each) and the indices of those already in ``out``.
+
+    Raises:
+        DataError: a row is planned twice, or ``out`` holds shards of another plan.
+    """
+    keys = [r.key for r in rows]
+    if len(set(keys)) != len(keys):
+        twice = next(k for k, n in Counter(keys).items() if n > 1)
+        raise DataError(f"row {twice} is planned twice: the data has duplicate caption ids")
+    shards = split_shards(keys, rows_per_shard)
+    return shards, finished_shards(out, shards)
+
+
+def _start_executor(runtime: SynthRuntime) -> RayExecutor:
+    """Attach to the cluster or start local Ray (imported here: planning a refusal needs none)."""
+    from xmr.pipeline.ray_executor import RayExecutor
+
+    return RayExecutor(runtime.address, runtime.num_cpus, progress=runtime.progress)
 
 
 def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
@@ -329,25 +369,20 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
     digest = inputs_hash(records, read_errors)
     timings = {"read": time.perf_counter() - start}
 
-    init_ray(runtime.address, runtime.num_cpus)
-    _configure_ray_data(runtime.progress)
-    saved = read_plan(out)
-    busy: dict[str, float] = {}
+    # Every refusal that needs no cluster comes before Ray starts.
+    saved = _saved_plan(out, config, digest)
     if saved is not None:
-        rows, plan_errors, metadata = saved
-        expected = {"config_hash": config.fingerprint(), "inputs_hash": digest}
-        for name, value in expected.items():
-            if metadata.get(name) != value:
-                raise ValueError(
-                    f"--out {out} holds a D′ built from another "
-                    f"{'config' if name == 'config_hash' else 'input data'} "
-                    f"({name} {metadata.get(name)} != {value}); use a new --out"
-                )
-        errors = plan_errors.to_pylist()
-        timings["plan"] = 0.0
-    else:
+        rows, errors = saved
+        shards, done = _shards_of(out, rows, config.rows_per_shard)
+    detect = saved is None and config.boxes == "groundingdino"
+    classes = detection_classes(config, root) if detect else []
+    executor = _start_executor(runtime)
+
+    busy: dict[str, float] = {}
+    timings["plan"] = 0.0
+    if saved is None:
         t = time.perf_counter()
-        rows, errors, busy = plan_pass(records, config, runtime, root)
+        rows, errors, busy = plan_pass(executor, records, config, runtime, classes)
         errors = read_errors + errors
         save_plan(
             out,
@@ -359,16 +394,10 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
             },
         )
         timings["plan"] = time.perf_counter() - t
-
-    keys = [r.key for r in rows]
-    if len(set(keys)) != len(keys):
-        twice = next(k for k, n in Counter(keys).items() if n > 1)
-        raise DataError(f"row {twice} is planned twice: the data has duplicate caption ids")
-    shards = split_shards(keys, config.rows_per_shard)
-    done = finished_shards(out, shards)
+        shards, done = _shards_of(out, rows, config.rows_per_shard)
     pending = set(range(len(shards))) - done
     t = time.perf_counter()
-    busy.update(synth_pass(rows, shards, pending, config, runtime))
+    busy.update(synth_pass(executor, rows, shards, pending, config, runtime))
     timings["synthesize"] = time.perf_counter() - t
     merged = merge_errors(out, len(shards))
     written = count_written(out, len(shards))

@@ -3,7 +3,8 @@
 
 A YAML file (``--config``) holds the fields of either class by name; command-line flags override
 it. The config hash keys the output folder: a rerun with the same hash resumes, another hash is
-refused.
+refused. Each field declares its flag's help and bounds (:func:`xmr.options.option`): the
+``xmr synth`` command is built from these two classes (:mod:`xmr.synth.command`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,26 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from xmr import __version__
+from xmr.data.registry import DATASETS
 from xmr.detection import DEFAULT_DETECTOR
+from xmr.options import (
+    address_option,
+    check_options,
+    load_yaml,
+    option,
+    resolve_paths,
+    run_name_option,
+    tracking_uri_option,
+)
 from xmr.pretrained import local_model_dir
 from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 
 BOX_SOURCES = ("gt", "groundingdino")
+DEFAULT_OUT = Path("xmr-synth")
+"""Where builds go by default (``<dataset>-<split>`` inside, in the working directory)."""
 
 
 @dataclass(frozen=True)
@@ -34,31 +45,33 @@ class SynthConfig:
     (the paper uses 1; ``None`` means all of them).
     """
 
-    dataset: str = "toyworld"
-    data: Path | None = None  # None: the embedded default ToyWorld (generated into the cache)
-    split: str = "train"
-    limit: int | None = None  # first N images of the split (by image id)
-    alpha1: float = 0.4
-    alpha2: float = 0.8
-    alpha3: float = 0.7
-    captions_per_image: int | None = 1
-    seed: int = 0
-    fill: str = "telea"
-    sd_model: str = DEFAULT_SD_MODEL
-    sd_steps: int = 25
-    sd_guidance: float = 7.5
-    sd_resolution: int = 512
-    caption: str = "np-removal"
-    captioner_model: str = DEFAULT_CAPTIONER
-    boxes: str = "gt"
-    detector_model: str = DEFAULT_DETECTOR
-    box_threshold: float = 0.35
-    text_threshold: float = 0.25
-    rows_per_shard: int = 256
+    dataset: str = option("toyworld", " | ".join(DATASETS))
+    data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
+    split: str = option("train", "Split to synthesize from.")
+    limit: int | None = option(None, "Only the first N images (by image id).", ge=1)
+    alpha1: float = option(0.4, "Max share of a kept class hidden.", gt=0, le=1)
+    alpha2: float = option(
+        0.8, "Share hidden under a removed class that removes it too.", gt=0, le=1
+    )
+    alpha3: float = option(0.7, "Max removed share of the image.", gt=0, le=1)
+    captions_per_image: int | None = option(
+        1, "Captions paired with each removal: N or 'all'.", ge=1, cli_type=str
+    )
+    seed: int = option(0, "Seed of every random choice.", ge=0)
+    fill: str = option("telea", " | ".join(FILL_METHODS))
+    sd_model: str = option(DEFAULT_SD_MODEL, "Stable Diffusion inpainting repo id or local folder.")
+    sd_steps: int = option(25, "Diffusion steps.", ge=1)
+    sd_guidance: float = option(7.5, "Guidance scale.")
+    sd_resolution: int = option(512, "SD working size in px (a multiple of 8).", ge=8)
+    caption: str = option("np-removal", " | ".join(CAPTION_METHODS))
+    captioner_model: str = option(DEFAULT_CAPTIONER, "Image-captioning repo id or local folder.")
+    boxes: str = option("gt", "gt (annotations) | groundingdino (detections)")
+    detector_model: str = option(DEFAULT_DETECTOR, "GroundingDINO repo id or local folder.")
+    box_threshold: float = option(0.35, "Detection score threshold.", gt=0, lt=1)
+    text_threshold: float = option(0.25, "Phrase score threshold.", gt=0, lt=1)
+    rows_per_shard: int = option(256, "Rows per Parquet shard.", ge=1)
 
     def __post_init__(self) -> None:
-        from xmr.data import DATASETS
-
         choices = {
             "dataset": (self.dataset, tuple(DATASETS)),
             "fill": (self.fill, FILL_METHODS),
@@ -68,27 +81,13 @@ class SynthConfig:
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
-        for name in ("alpha1", "alpha2", "alpha3"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"--{name} must be in (0, 1], got {getattr(self, name)}")
-        for name in ("box_threshold", "text_threshold"):
-            if not 0 < getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1)")
+        check_options(self)
         for name in ("sd_model", "captioner_model", "detector_model"):
             try:
                 local_model_dir(getattr(self, name))
             except FileNotFoundError as exc:
                 raise FileNotFoundError(f"--{name.replace('_', '-')}: {exc}") from exc
-        positive = {
-            "captions-per-image": self.captions_per_image,
-            "limit": self.limit,
-            "rows-per-shard": self.rows_per_shard,
-            "sd-steps": self.sd_steps,
-            "sd-resolution": self.sd_resolution,
-        }
-        for name, value in positive.items():
-            if value is not None and value < 1:
-                raise ValueError(f"--{name} must be a positive integer, got {value}")
+        resolve_paths(self)
         if self.sd_resolution % 8:
             raise ValueError(f"--sd-resolution must be a multiple of 8, got {self.sd_resolution}")
 
@@ -111,40 +110,31 @@ class SynthConfig:
 class SynthRuntime:
     """Where and how the build runs. Actor counts of ``None`` are chosen from the cluster."""
 
-    out: Path | None = None  # None: xmr-synth/<dataset>-<split> in the working directory
-    address: str | None = None
-    num_cpus: int | None = None
-    plan_actors: int | None = None
-    detect_actors: int | None = None
-    fill_actors: int | None = None
-    caption_actors: int | None = None
-    gpus_per_actor: float = 1.0
-    batch_size: int = 32
-    max_error_rate: float = 0.01
-    progress: bool = True
-    tracking_uri: str | None = None
-    run_name: str | None = None
-    log_mlflow: bool = True
+    out: Path | None = option(None, f"Output folder (default {DEFAULT_OUT}/<dataset>-<split>).")
+    address: str | None = address_option()
+    num_cpus: int | None = option(None, "CPUs for a local Ray.", ge=1)
+    plan_actors: int | None = option(None, "Planning actors.", ge=1)
+    detect_actors: int | None = option(None, "Detection actors.", ge=1)
+    fill_actors: int | None = option(None, "Fill actors.", ge=1)
+    caption_actors: int | None = option(None, "Caption actors.", ge=1)
+    gpus_per_actor: float = option(
+        1.0, "GPUs per actor of a GPU stage (sd, captioner).", gt=0, le=8
+    )
+    batch_size: int = option(32, "Rows per batch.", ge=1)
+    max_error_rate: float = option(
+        0.01, "Exit non-zero above this share of failed rows.", ge=0, le=1
+    )
+    progress: bool = option(True, "Progress bars.")
+    tracking_uri: str | None = tracking_uri_option()
+    run_name: str | None = run_name_option()
+    log_mlflow: bool = option(True, "Log the build to MLflow.", flag="mlflow")
 
     def __post_init__(self) -> None:
-        if not 0 <= self.max_error_rate <= 1:
-            raise ValueError(f"--max-error-rate must be in [0, 1], got {self.max_error_rate}")
-        if not 0 < self.gpus_per_actor <= 8:
-            raise ValueError(f"--gpus-per-actor must be in (0, 8], got {self.gpus_per_actor}")
-        if self.batch_size < 1:
-            raise ValueError(f"--batch-size must be positive, got {self.batch_size}")
-        for name in ("plan_actors", "detect_actors", "fill_actors", "caption_actors"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
-
-
-_PATH_FIELDS = {"data", "out"}
+        check_options(self)
+        resolve_paths(self)
 
 
 def _coerce(name: str, value: Any) -> Any:
-    if name in _PATH_FIELDS and value is not None:
-        return Path(value)
     if name == "captions_per_image" and isinstance(value, str):
         return parse_captions_per_image(value)
     return value
@@ -166,14 +156,15 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
     """Build both configs from an optional YAML file and explicit overrides (None = not given).
 
     Raises:
-        ValueError: an unknown key in the file, or an invalid value (the message names it).
+        ValueError: bad YAML or an unknown key in the file, or an invalid value (the message
+            names the file or the flag).
         FileNotFoundError: ``path`` does not exist.
     """
     values: dict[str, Any] = {}
     if path is not None:
         if not Path(path).is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        loaded = load_yaml(Path(path).read_text(), str(path)) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of option names to values")
         values.update({str(k).replace("-", "_"): v for k, v in loaded.items()})
@@ -188,5 +179,5 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
     config = SynthConfig(**{k: v for k, v in values.items() if k in config_names})
     runtime = SynthRuntime(**{k: v for k, v in values.items() if k in runtime_names})
     if runtime.out is None:
-        runtime = replace(runtime, out=Path("xmr-synth") / f"{config.dataset}-{config.split}")
+        runtime = replace(runtime, out=DEFAULT_OUT / f"{config.dataset}-{config.split}")
     return config, runtime

@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import mlflow
 import numpy as np
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
@@ -19,7 +18,7 @@ from xmr.removal.planning import box_mask
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
-from xmr.tracking import start_run
+from xmr.tracking import experiment_name, start_run
 
 SAMPLES = "samples.png"
 
@@ -98,22 +97,22 @@ def log_to_mlflow(result: SynthResult, config: SynthConfig, runtime: SynthRuntim
     the sample grid. Returns the run id."""
     m = result.manifest
     with start_run(
-        f"xmr/synth/{config.dataset}",
+        experiment_name("synth", config.dataset),
         run_name=runtime.run_name,
         tracking_uri=runtime.tracking_uri,
         tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"]},
     ) as run:
         params = {f"synth.{k}": v for k, v in config.to_dict().items()}
         params["synth.out"] = str(result.out)
-        mlflow.log_params({k: "none" if v is None else v for k, v in params.items()})
+        run.log_params({k: "none" if v is None else v for k, v in params.items()})
         metrics = {"planned": m["planned"], "written": m["written"], "errors": m["errors"]}
         metrics.update({f"errors/{k}": v for k, v in m["counts"]["errors_by_stage"].items()})
         metrics.update({f"time/{k}": v for k, v in m["timings_s"].items()})
         metrics.update({f"busy/{k}": v for k, v in m["busy_s"].items()})
         if m["rows_per_second"]:
             metrics["rows_per_second"] = m["rows_per_second"]
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
-        mlflow.log_artifact(str(result.out / MANIFEST))
+        run.log_metrics({k: float(v) for k, v in metrics.items()})
+        run.log_artifact(result.out / MANIFEST)
         if (result.out / SAMPLES).is_file():
-            mlflow.log_artifact(str(result.out / SAMPLES))
-        return run.info.run_id
+            run.log_artifact(result.out / SAMPLES)
+        return run.run_id

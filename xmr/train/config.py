@@ -16,6 +16,8 @@ from typing import Any
 
 from xmr.models import ModelSpec
 from xmr.models.losses import LossConfig
+from xmr.options import check_options, resolve_paths
+from xmr.train.options import DEFAULT_STORAGE, TrainOptions
 
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("step", "cosine", "constant")
@@ -102,7 +104,8 @@ class TrainConfig:
 
     ``batch_size`` is global: each of the ``workers`` data-parallel workers takes
     ``batch_size // workers`` pairs per step. ``model.checkpoint`` (``--init``) is the
-    checkpoint training starts from.
+    checkpoint training starts from. Paths are made absolute (the Ray Train workers run in
+    other folders); values are checked against the bounds :class:`TrainOptions` declares.
     """
 
     model: ModelSpec
@@ -125,13 +128,10 @@ class TrainConfig:
     cpus_per_worker: int = 1
     max_failures: int = 2
     name: str = ""  # "" -> family-arch-dataset-<config hash>
-    storage: Path = Path("xmr_runs")
+    storage: Path = DEFAULT_STORAGE
 
     def __post_init__(self) -> None:
-        if self.epochs < 1:
-            raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
-        if self.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        check_options(self, TrainOptions)
         if self.batch_size < 2 * self.workers:
             raise ValueError(
                 f"--batch-size {self.batch_size} leaves fewer than 2 pairs per worker "
@@ -139,9 +139,9 @@ class TrainConfig:
             )
         if self.synth_ratio is not None and self.synth is None:
             raise ValueError("--synth-ratio needs --synth (a D′ folder from `xmr synth`)")
+        resolve_paths(self)
         if not self.name:
             object.__setattr__(self, "name", self.default_name())
-        object.__setattr__(self, "storage", Path(self.storage).resolve())
 
     @property
     def per_worker_batch(self) -> int:
@@ -215,10 +215,11 @@ def resolve_config(
     dataset: str = "toyworld",
     **fields: Any,
 ) -> TrainConfig:
-    """A :class:`TrainConfig` with the family's defaults for every unset field.
+    """A :class:`TrainConfig` with the family's defaults for every unset (None) field.
 
     On ToyWorld with no ``pretrained`` tag given, the :data:`TOYWORLD` presets apply;
-    otherwise :data:`PAPER_DEFAULTS`. ``pretrained="none"`` forces random init.
+    otherwise :data:`PAPER_DEFAULTS`. ``pretrained="none"`` forces random init. A value given,
+    zero included, is kept (and refused when out of bounds), never replaced by the default.
     """
     table = PAPER_DEFAULTS if dataset != "toyworld" or pretrained is not None else TOYWORLD
     if family not in table:
@@ -226,7 +227,7 @@ def resolve_config(
     defaults = table[family]
     spec = ModelSpec(
         family,
-        arch or defaults.arch,
+        defaults.arch if arch is None else arch,
         defaults.pretrained if pretrained is None else pretrained,
         init,
     )
@@ -238,8 +239,8 @@ def resolve_config(
     return TrainConfig(
         model=spec,
         loss=LossConfig(fair_alpha=fair_alpha, max_violation=violation),
-        epochs=epochs or defaults.epochs,
-        batch_size=batch_size or defaults.batch_size,
+        epochs=defaults.epochs if epochs is None else epochs,
+        batch_size=defaults.batch_size if batch_size is None else batch_size,
         optim=optim,
         dataset=dataset,
         **fields,

@@ -6,7 +6,8 @@ tokenizer. The labels FairSample needs ride along: the image's gender and whethe
 is gender-neutral.
 
 D′ is mixed at ratio ``R`` (odmap paper §4.1): a seeded random subset of ``R·|D|`` pairs of D′
-(all of D′ when ``R`` is omitted or D′ is smaller).
+(all of D′ when ``R`` is omitted or D′ is smaller: then the ratio trained on is below ``R``, and
+:func:`ratio_shortfall` says so).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from xmr.data.images import decode_image, load_image
 from xmr.data.records import ImageRecord
 from xmr.data.synthetic import read_manifest, synthetic_table
 from xmr.eval.protocol import record_gender
+from xmr.metrics.gender_bias import gender_codes
 from xmr.models.base import Corpus, RetrievalModel
-from xmr.models.batch import GENDER_IDS, TrainBatch
+from xmr.models.batch import TrainBatch
 from xmr.text.gender import caption_gender
 
 PAIR_SCHEMA = pa.schema(
@@ -60,6 +62,11 @@ class TrainingData:
     synthetic: int
     synthetic_available: int
     dprime_digest: str
+
+    @property
+    def synth_ratio(self) -> float:
+        """|D′ sample| / |D|: the ratio actually trained on (0 without D′)."""
+        return self.synthetic / self.original if self.original else 0.0
 
     def corpus(self) -> Corpus:
         """Captions and entity columns, for families that build vocabularies."""
@@ -147,6 +154,18 @@ def training_data(
     return TrainingData(table, original.num_rows, synthetic.num_rows, available, digest)
 
 
+def ratio_shortfall(data: TrainingData, synth_ratio: float | None) -> str | None:
+    """What to tell the user when D′ held fewer than ``synth_ratio·|D|`` pairs (then all of D′
+    is used, at a lower ratio); None when the ratio asked for is the one trained on."""
+    if synth_ratio is None or data.synthetic >= round(synth_ratio * data.original):
+        return None
+    return (
+        f"--synth-ratio {synth_ratio:g} asks for {round(synth_ratio * data.original)} D′ pairs "
+        f"({data.original} pairs in D), but D′ has {data.synthetic_available}: training on all "
+        f"of them, ratio {data.synth_ratio:.4g}"
+    )
+
+
 def data_digest(table: pa.Table) -> str:
     """A short hash of the pairs (ids, paths, captions; not the pixels), for the MLflow input."""
     h = hashlib.sha256()
@@ -179,7 +198,7 @@ def collate(rows: Mapping[str, np.ndarray], model: RetrievalModel) -> TrainBatch
         pixels=torch.stack(images),
         text=model.tokenize(captions),
         image_ids=torch.as_tensor(np.asarray(rows["image_id"], dtype=np.int64)),
-        image_gender=torch.tensor([GENDER_IDS[str(g)] for g in rows["image_gender"]]),
+        image_gender=torch.as_tensor(gender_codes(rows["image_gender"])),
         caption_neutral=torch.as_tensor(np.asarray(rows["caption_neutral"], dtype=bool)),
         entities=model.entity_ids(entities) if entities else {},
     )

@@ -25,9 +25,12 @@ from ray.experimental.tqdm_ray import tqdm
 
 from xmr.data import read_dataset
 from xmr.data.fashiongen import read_product_ids
-from xmr.eval.evaluate import EvalConfig, evaluate
+from xmr.eval.config import EvalConfig
 from xmr.eval.product_retrieval import product_retrieval
+from xmr.eval.score import evaluate
+from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
+from xmr.progress import ProgressLines
 from xmr.train.config import TrainConfig
 from xmr.train.data import collate
 from xmr.train.optim import make_optimizer, make_scheduler
@@ -44,9 +47,10 @@ def seed_everything(seed: int) -> None:
 
 
 def selection_score(metrics: dict[str, float], split: str) -> float | None:
-    """Model selection: the sum of the split's recalls (RSUM), ``None`` if none was measured."""
-    recalls = [v for k, v in metrics.items() if k.startswith(f"{split}/recall_")]
-    return sum(recalls) if recalls else None
+    """Model selection: the split's summed recall (RSUM, :func:`xmr.metrics.summed_recall`, in
+    percentage points) over its ``{split}/recall_*`` metrics; ``None`` if none was measured."""
+    recalls = {k: v for k, v in metrics.items() if k.startswith(f"{split}/recall_")}
+    return summed_recall([recalls]) if recalls else None
 
 
 def run_eval(
@@ -61,7 +65,7 @@ def run_eval(
 
     Data with product entities (``products``: Fashion-Gen, the ToyWorld shop) is evaluated with
     the EI-CLIP paper's product protocols (full candidate set and same-sub-category "sample
-    100", SumR); everything else with ``metrics`` of :func:`xmr.eval.evaluate`.
+    100", SumR); everything else with ``metrics`` of :func:`xmr.eval.score.evaluate`.
     """
     if products:
         records = read_dataset(config.dataset, data_root, split)
@@ -94,7 +98,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
 
     ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`), ``data_root`` (resolved dataset
     folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies),
-    ``progress`` (a progress bar per epoch; the epoch line is always printed).
+    ``progress`` (rank 0's progress through each epoch: ``"bar"``, ``"lines"`` or ``"none"``;
+    the epoch line is always printed).
     """
     config = TrainConfig.from_dict(loop_config["config"])
     data_root = Path(loop_config["data_root"])
@@ -141,8 +146,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         totals: dict[str, float] = defaultdict(float)
         steps, samples, start = 0, 0, time.perf_counter()
         bar = (
-            tqdm(total=steps_per_epoch, desc=f"epoch {epoch + 1}/{config.epochs}")
-            if rank == 0 and loop_config.get("progress", True)
+            _epoch_progress(loop_config["progress"], steps_per_epoch, epoch, config.epochs)
+            if rank == 0
             else None
         )
         for batch in batches(local_shuffle_seed=config.seed * 1_009 + epoch):
@@ -210,6 +215,17 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         )
 
 
+def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | ProgressLines | None:
+    """Rank 0's progress through an epoch of ``steps`` steps: ``style`` ``"bar"`` (the
+    driver's terminal draws it), ``"lines"`` (a line per tenth, for a log) or ``"none"``."""
+    desc = f"epoch {epoch + 1}/{epochs}"
+    if style == "bar":
+        return tqdm(total=steps, desc=desc)
+    if style == "lines":
+        return ProgressLines(steps, desc, unit="steps")
+    return None
+
+
 def _epoch_line(metrics: dict[str, float], config: TrainConfig) -> str:
     """One line per epoch: loss, throughput, and the evaluation when there was one."""
     parts = [
@@ -220,7 +236,7 @@ def _epoch_line(metrics: dict[str, float], config: TrainConfig) -> str:
     for split in (config.eval_split, config.test_split):
         score = selection_score(metrics, split)
         if score is not None:
-            parts.append(f"{split} RSUM {score:.3f}")
+            parts.append(f"{split} RSUM {score:.1f}")
     odmap = metrics.get(f"{config.test_split}/odmap_at_1")
     if odmap is not None:
         parts.append(f"{config.test_split} ODmAP@1 {odmap:.3f}")

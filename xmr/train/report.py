@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from xmr.train.config import TrainConfig
-from xmr.train.run import TrainResult
+
+if TYPE_CHECKING:
+    from xmr.train.run import TrainResult
 
 
 def print_summary(result: TrainResult, config: TrainConfig, console: Console | None = None) -> None:
@@ -35,4 +39,4 @@ def print_summary(result: TrainResult, config: TrainConfig, console: Console | N
     console.print(f"last checkpoint: {result.last_checkpoint}")
     if result.best_checkpoint:
         console.print(f"best checkpoint (val RSUM): {result.best_checkpoint}")
-    console.print(f"MLflow run {result.mlflow_run_id} in experiment xmr/train/{config.dataset}")
+    console.print(f"MLflow run {result.mlflow_run_id} in experiment {result.experiment}")

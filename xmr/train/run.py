@@ -16,29 +16,37 @@ checkpoint up to ``max_failures`` times.
 from __future__ import annotations
 
 import json
-import math
+import os
 import shutil
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import ray
 import ray.train
-from mlflow.entities import Metric
 from ray.train.torch import TorchTrainer
 
 from xmr.data import read_dataset
 from xmr.data.default_world import default_toyworld
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
-from xmr.tracking import resolve_tracking_uri, start_run
+from xmr.progress import stdout_is_terminal
+from xmr.tracking import (
+    TrackedRun,
+    experiment_name,
+    is_finite_number,
+    recorded_run,
+    resolve_tracking_uri,
+    start_run,
+    write_run_record,
+)
 from xmr.train.config import TrainConfig
-from xmr.train.data import TrainingData, data_digest, training_data
+from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
 from xmr.train.loop import MODEL_FILE, train_loop
 
 RUN_FILE = "xmr_run.json"
+RUN_ID_KEY = "mlflow_run_id"  # the MLflow run's id in RUN_FILE
+TRAIN_PRINT_PATCH = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train passes it on to the workers
 
 
 @dataclass
@@ -51,6 +59,7 @@ class TrainResult:
     best_checkpoint: Path | None
     mlflow_run_id: str
     data: TrainingData
+    experiment: str  # the MLflow experiment of the run
 
 
 class MlflowReporter(ray.train.UserCallback):
@@ -60,22 +69,20 @@ class MlflowReporter(ray.train.UserCallback):
     store.
     """
 
-    def __init__(self, tracking_uri: str, run_id: str, run_dir: Path) -> None:
-        self.tracking_uri = tracking_uri
-        self.run_id = run_id
+    def __init__(self, run: TrackedRun, run_dir: Path) -> None:
+        self.run = run
         self.run_dir = run_dir
 
     def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint) -> None:
         values = metrics[0]  # rank 0 reports the evaluation
-        step = int(values["epoch"])
-        client = mlflow.MlflowClient(self.tracking_uri)
-        client.log_batch(
-            self.run_id,
-            metrics=[
-                Metric(key, float(value), 0, step)
+        self.run.log_metrics(
+            {
+                key: float(value)
                 for key, value in values.items()
                 if isinstance(value, int | float) and key not in ("epoch", "improved")
-            ],
+            },
+            step=int(values["epoch"]),
+            timestamp_ms=0,
         )
         if checkpoint is not None:
             with checkpoint.as_directory() as directory:
@@ -97,31 +104,24 @@ def _mlflow_run(
     tags: dict[str, str],
     experiment: str,
     parent_run_id: str | None,
-) -> str:
-    """The MLflow run of ``run_dir``: the one a previous attempt started, or a new one."""
+) -> TrackedRun:
+    """The MLflow run of ``run_dir`` (RUNNING): the one a previous attempt started, or a new
+    one."""
     record = run_dir / RUN_FILE
-    if record.is_file():
-        saved = json.loads(record.read_text())
-        if saved.get("tracking_uri") == tracking_uri:
-            return saved["mlflow_run_id"]
+    resumed = recorded_run(record, RUN_ID_KEY, tracking_uri)
+    if resumed is not None:
+        return resumed
     with start_run(
         experiment,
         run_name=config.name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "train", "xmr.run_dir": str(run_dir), **tags},
         parent_run_id=parent_run_id,
+        keep_running=True,
     ) as run:
-        mlflow.log_params(config.params())
-        run_id = run.info.run_id
-    mlflow.MlflowClient(tracking_uri).set_terminated(run_id, "RUNNING")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    record.write_text(
-        json.dumps(
-            {"config": config.to_dict(), "mlflow_run_id": run_id, "tracking_uri": tracking_uri},
-            indent=2,
-        )
-    )
-    return run_id
+        run.log_params(config.params())
+    write_run_record(record, run, RUN_ID_KEY, {"config": config.to_dict()})
+    return run
 
 
 def _check_same_config(config: TrainConfig, run_dir: Path) -> None:
@@ -137,18 +137,15 @@ def _check_same_config(config: TrainConfig, run_dir: Path) -> None:
         )
 
 
-def _log_inputs(data: TrainingData, config: TrainConfig, root: Path) -> None:
+def _log_inputs(run: TrackedRun, data: TrainingData, config: TrainConfig, root: Path) -> None:
     """D and the D′ sample as MLflow dataset inputs (metadata only, no pixels)."""
     table = data.table.select(["image_id", "caption", "source", "image_gender"]).to_pandas()
     table["image_id"] = table["image_id"].astype("float64")  # MLflow's schema hint otherwise
     parts = [(table[table.source == "D"], root, f"{config.dataset}/{config.split}")]
     if data.synthetic:
         parts.append((table[table.source != "D"], config.synth, "D′"))
-    with warnings.catch_warnings():  # MLflow 3.17 registers the local source type twice
-        warnings.filterwarnings("ignore", message="The specified dataset source")
-        for frame, source, name in parts:
-            dataset = mlflow.data.from_pandas(frame, source=str(source), name=name)
-            mlflow.log_input(dataset, context="training")
+    for frame, source, name in parts:
+        run.log_dataset(frame, source=str(source), name=name, context="training")
 
 
 def default_world(config: TrainConfig) -> Path:
@@ -171,9 +168,11 @@ def train(
     """Train ``config`` on Ray Train and return the final metrics and checkpoint paths.
 
     ``tags`` are added to the MLflow run when it is created, in ``experiment`` (default
-    ``xmr/train/<dataset>``), nested under ``parent_run_id`` when given (a sweep's trial).
+    ``xmr/train/<dataset>``, :func:`~xmr.tracking.experiment_name`), nested under
+    ``parent_run_id`` when given (a sweep's trial).
     ``callbacks`` join the run's Ray Train callbacks (a Tune trial forwards reports to Tune).
-    ``progress``: the workers' per-epoch progress bar (sweeps keep only the epoch lines).
+    ``progress``: the per-epoch progress of rank 0 (sweeps keep only the epoch lines): a bar
+    when standard output is a terminal, else a line per tenth of the epoch.
 
     Raises:
         ValueError / FileNotFoundError: bad config or data, before any worker starts.
@@ -187,6 +186,8 @@ def train(
     if not records:
         raise ValueError(f"{root}: split {config.split!r} has no usable images")
     data = training_data(records, config.synth, config.synth_ratio, config.seed)
+    if shortfall := ratio_shortfall(data, config.synth_ratio):
+        print(shortfall)
     steps_per_epoch = data.table.num_rows // config.workers // config.per_worker_batch
     if steps_per_epoch < 1:
         raise ValueError(
@@ -195,21 +196,28 @@ def train(
         )
 
     uri = resolve_tracking_uri(tracking_uri)
-    experiment = experiment or f"xmr/train/{config.dataset}"
-    run_id = _mlflow_run(config, run_dir, uri, dict(tags or {}), experiment, parent_run_id)
-    client = mlflow.MlflowClient(uri)
+    experiment = experiment or experiment_name("train", config.dataset)
+    run = _mlflow_run(config, run_dir, uri, dict(tags or {}), experiment, parent_run_id)
     params = {
         "data.pairs_original": str(data.original),
         "data.pairs_synthetic": str(data.synthetic),
         "data.digest": data_digest(data.table),
         "data.dprime_digest": data.dprime_digest or "none",
+        # data.synth_ratio is the ratio asked for; D′ may have had fewer pairs
+        **({"data.synth_ratio_used": f"{data.synth_ratio:.6g}"} if config.synth else {}),
     }
-    existing = client.get_run(run_id).data.params
-    for key, value in params.items():
-        if key not in existing:
-            client.log_param(run_id, key, value)
+    existing = run.params()
+    missing = {key: value for key, value in params.items() if key not in existing}
+    if missing:
+        run.log_params(missing)
 
     init_ray(address, log_to_driver=True)  # the workers' progress bars and epoch lines
+    terminal = stdout_is_terminal()
+    if not terminal:  # Ray Data's bars for the training split, drawn through the workers
+        ray.data.DataContext.get_current().enable_progress_bars = False
+    # Ray Train sends the workers' prints through a logger and also prints them, so each
+    # epoch line came twice and pycocotools' swallowed prints came through.
+    os.environ.setdefault(TRAIN_PRINT_PATCH, "0")
     corpus = data.corpus()
     trainer = TorchTrainer(
         train_loop,
@@ -218,7 +226,7 @@ def train(
             "data_root": str(root),
             "steps_per_epoch": steps_per_epoch,
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
-            "progress": progress,
+            "progress": ("bar" if terminal else "lines") if progress else "none",
         },
         scaling_config=ray.train.ScalingConfig(
             num_workers=config.workers,
@@ -233,39 +241,25 @@ def train(
             storage_path=str(config.storage),
             failure_config=ray.train.FailureConfig(max_failures=config.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-            callbacks=[MlflowReporter(uri, run_id, run_dir), *(callbacks or [])],
+            callbacks=[MlflowReporter(run, run_dir), *(callbacks or [])],
         ),
         datasets={"train": ray.data.from_arrow(data.table)},
         dataset_config=ray.train.DataConfig(
             execution_options=ray.data.ExecutionOptions(preserve_order=True)
         ),
     )
-    try:
+    with run.ending():  # FINISHED, or FAILED when training or logging raises
         result = trainer.fit()
-    except BaseException:
-        client.set_terminated(run_id, "FAILED")
-        raise
-    metrics = {k: float(v) for k, v in (result.metrics or {}).items() if _is_number(v)}
-    last = run_dir / "last.pt"
-    best = run_dir / "best.pt"
-    with start_run_resumed(uri, run_id):
-        for key, value in metrics.items():
-            if key.startswith(f"{config.test_split}/"):
-                mlflow.log_metric(f"final/{key}", value)
-        mlflow.set_tag("xmr.checkpoint", str(last))
+        metrics = {k: float(v) for k, v in (result.metrics or {}).items() if is_finite_number(v)}
+        last = run_dir / "last.pt"
+        best = run_dir / "best.pt"
+        run.log_metrics(
+            {f"final/{k}": v for k, v in metrics.items() if k.startswith(f"{config.test_split}/")}
+        )
+        run.set_tag("xmr.checkpoint", str(last))
         if best.is_file():
-            mlflow.set_tag("xmr.best_checkpoint", str(best))
-        if not client.get_run(run_id).inputs.dataset_inputs:
-            _log_inputs(data, config, root)
-    client.set_terminated(run_id, "FINISHED")
-    return TrainResult(metrics, run_dir, last, best if best.is_file() else None, run_id, data)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
-def start_run_resumed(tracking_uri: str, run_id: str) -> mlflow.ActiveRun:
-    """Re-open an existing run (to log artifacts, inputs and tags with the fluent API)."""
-    mlflow.set_tracking_uri(tracking_uri)
-    return mlflow.start_run(run_id=run_id)
+            run.set_tag("xmr.best_checkpoint", str(best))
+        if not run.has_dataset_inputs():
+            _log_inputs(run, data, config, root)
+    best_checkpoint = best if best.is_file() else None
+    return TrainResult(metrics, run_dir, last, best_checkpoint, run.run_id, data, experiment)

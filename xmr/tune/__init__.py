@@ -1,14 +1,9 @@
-"""Sweeps on Ray Tune (``xmr tune``): search spaces, trials, Pareto fronts, MLflow parent runs."""
+"""Sweeps on Ray Tune (``xmr tune``): search spaces, trials, Pareto fronts, MLflow parent runs.
+
+The sweep itself is :func:`xmr.tune.sweep.run_sweep` (it loads Ray); this package re-exports
+only the search spaces, which do not.
+"""
 
 from xmr.tune.space import SearchSpace, SpaceError, load_space, shipped_spaces
-from xmr.tune.sweep import SweepInterrupted, SweepResult, run_sweep
 
-__all__ = [
-    "SearchSpace",
-    "SpaceError",
-    "SweepInterrupted",
-    "SweepResult",
-    "load_space",
-    "run_sweep",
-    "shipped_spaces",
-]
+__all__ = ["SearchSpace", "SpaceError", "load_space", "shipped_spaces"]

@@ -10,43 +10,48 @@ A space names the command it sweeps and everything about the sweep::
     search: grid                    # grid | random | optuna
     scheduler: none                 # none | {name: asha, metric: val/recall_t2i_at_10, ...}
     metrics:                        # what each trial is judged by; the first picks "best"
-      - {name: test/bias_at_10, mode: min, abs: true}
-      - {name: test/recall_t2i_at_10, mode: max}
+      - {name: test/bias_at_10, mode: min, abs: true}   # mode, abs: default to the metric's
+      - {name: test/recall_t2i_at_10, mode: max}       # direction (xmr.metrics.direction)
     pareto: [[test/recall_t2i_at_10, test/bias_at_10]]   # x, y of each Pareto plot
     resources: {cpus: 2, gpus: 0}   # per trial
     num_samples: 1                  # grid: repeats of the grid; random/optuna: trials
     base_model: {model: clip}       # eval sweeps: `xmr train` options of the model to evaluate
                                     # when `fixed` names no checkpoint or pretrained weights
 
-The spaces shipped with xmr live in ``tune_spaces/`` and are found by name.
+The spaces shipped with xmr live in ``tune_spaces/`` and are found by name. The options a space
+may set are the flags of ``xmr train`` (:class:`~xmr.train.options.TrainOptions`) or ``xmr eval``
+(:class:`~xmr.eval.options.EvalOptions`), checked against the same bounds, their paths made
+absolute here in the driver (trials run in other folders).
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
+from xmr.eval.options import EvalOptions
+from xmr.metrics.direction import find_direction
+from xmr.options import load_yaml, option_fields, path_fields
+from xmr.train.options import TrainOptions
 
 COMMANDS = ("train", "eval")
 SEARCHES = ("grid", "random", "optuna")
 DOMAINS = ("grid", "choice", "uniform", "loguniform", "randint")
 
-TRAIN_OPTIONS = frozenset({
-    "model", "arch", "pretrained", "dataset", "data", "split", "synth", "synth_ratio",
-    "fair_alpha", "epochs", "batch_size", "lr", "workers", "cpus_per_worker", "gpus_per_worker",
-    "init", "seed", "eval_every", "max_failures",
-})  # fmt: skip
+SWEEP_OPTIONS = frozenset({"name", "storage", "address", "tracking_uri"})
+"""What ``xmr tune`` itself sets for every trial (a space may not)."""
+
+TRAIN_OPTIONS = frozenset(f.name for f in option_fields(TrainOptions)) - SWEEP_OPTIONS
 """``xmr train`` options a space may set (name, storage and the cluster are the sweep's)."""
 
-EVAL_OPTIONS = frozenset({
-    "model", "arch", "pretrained", "checkpoint", "dataset", "data", "split", "metrics",
-    "batch_size", "actors", "device", "seed", "clip_m", "mi_estimator", "mi_split",
-    "mi_samples", "mi_bins", "mi_sigma", "mi_neighbors", "clip_renormalize",
-})  # fmt: skip
+EVAL_OPTIONS = frozenset(f.name for f in option_fields(EvalOptions)) - SWEEP_OPTIONS
 """``xmr eval`` options a space may set."""
+
+DEFAULT_SYNTH = "default"
+"""``synth: default``: D′ of the embedded ToyWorld, built on first use (not a path)."""
 
 EVAL_SWEEPABLE = frozenset(
     {"clip_m", "mi_estimator", "mi_bins", "mi_sigma", "mi_neighbors", "clip_renormalize"}
@@ -54,6 +59,10 @@ EVAL_SWEEPABLE = frozenset(
 """Eval options that only change the scoring: an eval sweep encodes once and varies these."""
 
 OPTIONS = {"train": TRAIN_OPTIONS, "eval": EVAL_OPTIONS}
+OPTION_CLASSES: dict[str, type[TrainOptions] | type[EvalOptions]] = {
+    "train": TrainOptions,
+    "eval": EvalOptions,
+}
 _KEYS = frozenset({
     "description", "command", "fixed", "params", "search", "scheduler", "metrics", "pareto",
     "resources", "num_samples", "max_concurrent", "base_model",
@@ -66,25 +75,11 @@ class SpaceError(ValueError):
 
 @dataclass(frozen=True)
 class Domain:
-    """One swept option: ``kind`` in :data:`DOMAINS` over ``values`` (bounds for the ranges)."""
+    """One swept option: ``kind`` in :data:`DOMAINS` over ``values`` (bounds for the ranges,
+    both inclusive). The sweep turns it into Ray Tune's search-space object."""
 
     kind: str
     values: tuple[Any, ...]
-
-    def tune(self) -> Any:
-        """The Ray Tune search-space object."""
-        from ray import tune
-
-        if self.kind == "grid":
-            return tune.grid_search(list(self.values))
-        if self.kind == "choice":
-            return tune.choice(list(self.values))
-        low, high = self.values
-        if self.kind == "uniform":
-            return tune.uniform(low, high)
-        if self.kind == "loguniform":
-            return tune.loguniform(low, high)
-        return tune.randint(low, high + 1)  # inclusive bounds in the YAML
 
     def example(self) -> Any:
         """A value from the domain (to check a trial's config before the sweep starts)."""
@@ -152,7 +147,7 @@ class SearchSpace:
 
     def with_overrides(self, **changes: Any) -> SearchSpace:
         """A copy with command-line overrides (``fixed`` entries merged, others replaced)."""
-        fixed = {**self.fixed, **changes.pop("fixed", {})}
+        fixed = absolute_paths(self.command, {**self.fixed, **changes.pop("fixed", {})})
         space = replace(self, fixed=fixed, **changes)
         space.check()
         return space
@@ -163,10 +158,7 @@ class SearchSpace:
         allowed = OPTIONS[self.command]
         for key in (*self.fixed, *self.params):
             if key not in allowed:
-                hint = (
-                    " (set by xmr tune)" if key in {"name", "storage", "address", "tracking_uri"}
-                    else ""
-                )  # fmt: skip
+                hint = " (set by xmr tune)" if key in SWEEP_OPTIONS else ""
                 raise SpaceError(
                     f"{where}: unknown {self.command} option {key!r}{hint}; "
                     f"choose from {', '.join(sorted(allowed))}"
@@ -214,6 +206,21 @@ class SearchSpace:
         for key in self.base_model:
             if key not in TRAIN_OPTIONS:
                 raise SpaceError(f"{where}: unknown train option {key!r} in base_model")
+        self._check_values(where)
+
+    def _check_values(self, where: str) -> None:
+        """Every fixed value, and every value a domain names (a range: its bounds), within the
+        bounds its flag declares (``--epochs must be >= 1``), as ``xmr train``/``eval`` check."""
+        options = OPTION_CLASSES[self.command]
+        trials = [dict(self.fixed)]
+        for key, domain in self.params.items():
+            trials += [{**self.fixed, key: value} for value in domain.values]
+        try:
+            for trial in trials:
+                options(**trial)
+            TrainOptions(**self.base_model)
+        except ValueError as exc:
+            raise SpaceError(f"{where}: {exc}") from exc
 
     @property
     def trial_count(self) -> int:
@@ -229,16 +236,43 @@ class SearchSpace:
         return {**self.fixed, **{k: d.example() for k, d in self.params.items()}}
 
 
-SPACES_DIR = Path(__file__).resolve().parents[2] / "tune_spaces"
-"""The repo's ``tune_spaces/`` (beside ``xmr/``: a checkout, an editable install, a Ray job's
-working_dir)."""
+SPACES_PACKAGE = "xmr.tune_spaces"
+"""The shipped spaces as package data: the repo's ``tune_spaces/``, installed under this name
+(setup.py)."""
+
+
+def spaces_folder() -> Path | None:
+    """The folder of the shipped spaces: the installed package :data:`SPACES_PACKAGE` (a wheel,
+    an editable install), else ``tune_spaces/`` beside ``xmr/`` when xmr runs from a source tree
+    that is not installed (``python -m xmr.cli`` in a Ray job's working_dir); None when neither
+    exists."""
+    try:
+        return Path(str(importlib.resources.files(SPACES_PACKAGE)))
+    except ModuleNotFoundError:
+        source_tree = Path(__file__).resolve().parents[2] / "tune_spaces"
+        return source_tree if source_tree.is_dir() else None
+
+
+def absolute_paths(command: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` of ``command`` with every path made absolute (a string): a relative path
+    means the working directory of the sweep's driver, and trials run in other folders.
+    ``synth: default`` (:data:`DEFAULT_SYNTH`) is not a path and stays."""
+    paths = set(path_fields(OPTION_CLASSES[command]))
+
+    def absolute(key: str, value: Any) -> Any:
+        if key not in paths or value is None or (key == "synth" and value == DEFAULT_SYNTH):
+            return value
+        return str(Path(value).expanduser().resolve())
+
+    return {key: absolute(key, value) for key, value in options.items()}
 
 
 def shipped_spaces() -> dict[str, Path]:
     """Spaces that ship with xmr (``tune_spaces/*.yaml``), by name."""
-    if not SPACES_DIR.is_dir():
+    folder = spaces_folder()
+    if folder is None:
         return {}
-    return {path.stem: path for path in sorted(SPACES_DIR.glob("*.yaml"))}
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
 
 
 def resolve_space_path(space: str | Path) -> Path:
@@ -247,7 +281,7 @@ def resolve_space_path(space: str | Path) -> Path:
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise SpaceError(f"{path}: no such space file")
-        return path
+        return path.resolve()
     shipped = shipped_spaces()
     if str(space) not in shipped:
         raise SpaceError(
@@ -261,9 +295,9 @@ def load_space(space: str | Path) -> SearchSpace:
     path = resolve_space_path(space)
     text = path.read_text()
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpaceError(f"{path}: not valid YAML: {exc}") from exc
+        raw = load_yaml(text, str(path))
+    except ValueError as exc:
+        raise SpaceError(str(exc)) from exc
     return parse_space(raw, name=path.stem, source=text, where=str(path))
 
 
@@ -312,10 +346,24 @@ def _objective(raw: Any, where: str) -> Objective:
     unknown = set(raw) - {"name", "mode", "abs"}
     if unknown:
         raise SpaceError(f"{where}: metric {raw['name']!r}: unknown keys {sorted(unknown)}")
-    mode = raw.get("mode", "max")
+    name = str(raw["name"])
+    return Objective(name, *_judged(raw, name, where))
+
+
+def _judged(raw: dict, metric: str, where: str) -> tuple[str, bool]:
+    """``(mode, abs)`` of ``metric``: as ``raw`` states them, else as declared for it
+    (:func:`xmr.metrics.metric_direction`: signed metrics such as Bias@K are ``min`` of ``|x|``).
+    A metric with no declared direction needs its ``mode`` stated."""
+    direction = find_direction(metric)
+    mode = raw.get("mode", direction.mode if direction else None)
+    if mode is None:
+        raise SpaceError(
+            f"{where}: metric {metric!r}: give its mode (max or min); xmr does not know which "
+            "way it is better"
+        )
     if mode not in ("max", "min"):
-        raise SpaceError(f"{where}: metric {raw['name']!r}: mode must be max or min")
-    return Objective(str(raw["name"]), mode, bool(raw.get("abs", False)))
+        raise SpaceError(f"{where}: metric {metric!r}: mode must be max or min")
+    return mode, bool(raw.get("abs", direction is not None and direction.signed))
 
 
 def _scheduler(raw: Any, where: str) -> Scheduler:
@@ -331,10 +379,17 @@ def _scheduler(raw: Any, where: str) -> Scheduler:
             f"{where}: scheduler takes name: asha, metric, mode, grace_period, "
             f"reduction_factor; got {raw!r}"
         )
+    metric = str(raw["metric"])
+    mode, signed = _judged(raw, metric, where)
+    if signed and "mode" not in raw:
+        raise SpaceError(
+            f"{where}: scheduler metric {metric!r} is signed and ASHA compares it as it is, not "
+            "|x|: give its mode"
+        )
     return Scheduler(
         "asha",
-        str(raw["metric"]),
-        raw.get("mode", "max"),
+        metric,
+        mode,
         int(raw.get("grace_period", 1)),
         int(raw.get("reduction_factor", 2)),
     )
@@ -379,7 +434,7 @@ def parse_space(raw: Any, *, name: str, source: str = "", where: str | None = No
         command=command,
         params=params,
         metrics=metrics,
-        fixed=_mapping(raw.get("fixed"), "fixed", where),
+        fixed=absolute_paths(command, _mapping(raw.get("fixed"), "fixed", where)),
         search=search,
         scheduler=_scheduler(raw.get("scheduler"), where),
         pareto=tuple((str(x), str(y)) for x, y in pareto_raw),
@@ -387,7 +442,7 @@ def parse_space(raw: Any, *, name: str, source: str = "", where: str | None = No
         gpus=float(_number(resources.get("gpus", 0), "resources.gpus", where)),
         num_samples=int(raw.get("num_samples", 1)),
         max_concurrent=raw.get("max_concurrent"),
-        base_model=_mapping(raw.get("base_model"), "base_model", where),
+        base_model=absolute_paths("train", _mapping(raw.get("base_model"), "base_model", where)),
         description=str(raw.get("description", "")),
         origin=where,
     )

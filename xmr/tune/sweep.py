@@ -18,31 +18,46 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import pandas as pd
 import ray
 import yaml
 from ray import tune
 
 from xmr.pipeline.ray_executor import init_ray
-from xmr.tracking import resolve_tracking_uri, start_run
+from xmr.tracking import (
+    PARENT_TAG,
+    TrackedRun,
+    experiment_name,
+    find_runs,
+    is_finite_number,
+    recorded_run,
+    resolve_tracking_uri,
+    start_run,
+    write_run_record,
+)
+from xmr.tune.options import DEFAULT_STORAGE
 from xmr.tune.pareto import plot_pareto
-from xmr.tune.space import SearchSpace, SpaceError
+from xmr.tune.space import DEFAULT_SYNTH, Domain, SearchSpace, SpaceError
 from xmr.tune.trials import OBJECTIVE, SweepContext, eval_trial, train_trial
 
 SWEEP_FILE = "xmr_sweep.json"
+PARENT_ID_KEY = "parent_run_id"  # the parent run's id in SWEEP_FILE
 DRIVER_CPU = 0.01  # a training trial's own process: it only drives its TorchTrainer
-DEFAULT_SYNTH = "default"  # `synth: default`: D′ of the embedded ToyWorld, built on first use
 
 
 class SweepInterrupted(RuntimeError):
-    """The sweep stopped before every trial ran (Ctrl-C); its state is saved to resume."""
+    """The sweep stopped before every trial ran (Ctrl-C or SIGTERM); its state is saved to
+    resume."""
 
 
 @dataclass
@@ -112,7 +127,7 @@ def _check_dry(space: SearchSpace) -> None:
             options.pop("workers", None)
             resolve_config(options.pop("model", "clip"), **options)
         else:
-            from xmr.eval.evaluate import eval_config
+            from xmr.eval.config import eval_config
 
             if "checkpoint" in options and not Path(options["checkpoint"]).is_file():
                 raise FileNotFoundError(f"checkpoint {options['checkpoint']} does not exist")
@@ -122,8 +137,11 @@ def _check_dry(space: SearchSpace) -> None:
         raise SpaceError(f"{space.origin}: a trial's options are invalid: {exc}") from exc
 
 
-def _parent_run(space: SearchSpace, name: str, sweep_dir: Path, uri: str) -> str:
-    """The sweep's MLflow parent run: the one a previous attempt started, or a new one."""
+def _parent_run(
+    space: SearchSpace, name: str, sweep_dir: Path, uri: str, experiment: str
+) -> TrackedRun:
+    """The sweep's MLflow parent run (RUNNING): the one a previous attempt started, or a new
+    one."""
     record = sweep_dir / SWEEP_FILE
     digest = space_digest(space)
     if record.is_file():
@@ -133,11 +151,11 @@ def _parent_run(space: SearchSpace, name: str, sweep_dir: Path, uri: str) -> str
                 f"{sweep_dir} holds sweep {name!r} of another space ({saved['space_digest']} "
                 f"vs {digest}); use another --name, or the same space to resume it"
             )
-        if saved.get("tracking_uri") == uri:
-            mlflow.MlflowClient(uri).set_terminated(saved["parent_run_id"], "RUNNING")
-            return saved["parent_run_id"]
+    resumed = recorded_run(record, PARENT_ID_KEY, uri)
+    if resumed is not None:
+        return resumed
     with start_run(
-        f"xmr/tune/{space.name}",
+        experiment,
         run_name=name,
         tracking_uri=uri,
         tags={
@@ -147,8 +165,9 @@ def _parent_run(space: SearchSpace, name: str, sweep_dir: Path, uri: str) -> str
             "xmr.metrics": ",".join(m.name for m in space.metrics),
             "mlflow.note.content": space.description,
         },
+        keep_running=True,
     ) as run:
-        mlflow.log_params(
+        run.log_params(
             {
                 "sweep.command": space.command,
                 "sweep.search": space.search,
@@ -162,18 +181,11 @@ def _parent_run(space: SearchSpace, name: str, sweep_dir: Path, uri: str) -> str
                 **{f"sweep.fixed.{k}": str(v) for k, v in space.fixed.items()},
             }
         )
-        mlflow.log_text(space_yaml(space), "space.yaml")
-        run_id = run.info.run_id
-    mlflow.MlflowClient(uri).set_terminated(run_id, "RUNNING")
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    record.write_text(
-        json.dumps(
-            {"space_digest": digest, "space": space_yaml(space), "parent_run_id": run_id,
-             "tracking_uri": uri},
-            indent=2,
-        )
-    )  # fmt: skip
-    return run_id
+        run.log_text(space_yaml(space), "space.yaml")
+    write_run_record(
+        record, run, PARENT_ID_KEY, {"space_digest": digest, "space": space_yaml(space)}
+    )
+    return run
 
 
 def _prepare_inputs(
@@ -224,13 +236,28 @@ def _trainable(space: SearchSpace, context: SweepContext, address: str | None) -
         # The trial only drives a TorchTrainer, whose workers hold the CPUs and GPUs; Tune
         # needs a non-empty request, so the driver asks for a sliver of a CPU.
         return tune.with_resources(partial(train_trial, context=context), {"CPU": DRIVER_CPU})
-    from xmr.eval.evaluate import encode, eval_config
+    from xmr.eval.config import eval_config
+    from xmr.eval.encode import encode
 
     config = eval_config(**space.example_trial()).encoding()
     print(f"encoding {config.dataset}/{config.split} once for every trial")
     encoded = encode(config, address=address, mi_features=True)
     trainable = tune.with_parameters(eval_trial, context=context, encoded=encoded)
     return tune.with_resources(trainable, {"CPU": space.cpus, "GPU": space.gpus})
+
+
+def _tune_domain(domain: Domain) -> Any:
+    """The Ray Tune search-space object of a swept option's domain."""
+    if domain.kind == "grid":
+        return tune.grid_search(list(domain.values))
+    if domain.kind == "choice":
+        return tune.choice(list(domain.values))
+    low, high = domain.values
+    if domain.kind == "uniform":
+        return tune.uniform(low, high)
+    if domain.kind == "loguniform":
+        return tune.loguniform(low, high)
+    return tune.randint(low, high + 1)  # inclusive bounds in the YAML
 
 
 def _tune_config(space: SearchSpace, max_concurrent: int | None) -> tune.TuneConfig:
@@ -278,7 +305,7 @@ def run_sweep(
     space: SearchSpace,
     *,
     name: str | None = None,
-    storage: Path = Path("xmr_tune"),
+    storage: Path = DEFAULT_STORAGE,
     address: str | None = None,
     tracking_uri: str | None = None,
     max_concurrent: int | None = None,
@@ -293,71 +320,119 @@ def run_sweep(
     name = name or default_sweep_name(space)
     sweep_dir = (Path(storage) / name).resolve()
     uri = resolve_tracking_uri(tracking_uri)
-    parent_run_id = _parent_run(space, name, sweep_dir, uri)
-    experiment = f"xmr/tune/{space.name}"
+    experiment = experiment_name("tune", space.name)
+    parent = _parent_run(space, name, sweep_dir, uri, experiment)
     try:
         init_ray(address, log_to_driver=True)  # trials' epoch lines, the base model's bars
-        space = _prepare_inputs(space, sweep_dir, name, uri, address)
-        context = SweepContext(
-            sweep_id=name,
-            experiment=experiment,
-            parent_run_id=parent_run_id,
-            tracking_uri=uri,
-            runs_dir=sweep_dir / "runs",
-            swept=tuple(space.params),
-            objective=space.objective.name,
-            objective_abs=space.objective.abs,
-            cpus_per_trial=space.cpus,
-            gpus_per_trial=space.gpus,
-            report_epochs=space.scheduler.name == "asha",
-        )
-        trainable = _trainable(space, context, address)
-        param_space = {**space.fixed, **{k: d.tune() for k, d in space.params.items()}}
-        concurrency = max_concurrent or space.max_concurrent or _default_concurrency(space)
-        if tune.Tuner.can_restore(sweep_dir):
-            print(f"resuming sweep {name} from {sweep_dir}")
-            tuner = tune.Tuner.restore(
-                str(sweep_dir), trainable, resume_errored=False, param_space=param_space
+        with _sigterm_as_ctrl_c():
+            trials = _run_trials(
+                space, name, sweep_dir, experiment, parent, address, max_concurrent
             )
-        else:
-            tuner = tune.Tuner(
-                trainable,
-                param_space=param_space,
-                tune_config=_tune_config(space, concurrency),
-                run_config=tune.RunConfig(
-                    name=name,
-                    storage_path=str(sweep_dir.parent),
-                    failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-                    verbose=1,
-                ),
-            )
-        grid = tuner.fit()
-        trials = _trials_frame(space, grid, context)
         ended = int(trials["status"].isin(["FINISHED", "FAILED"]).sum()) if len(trials) else 0
-        if ended < space.trial_count:  # Ctrl-C: Tune saved its state and stopped
-            mlflow.MlflowClient(uri).set_terminated(parent_run_id, "KILLED")
+        if ended < space.trial_count:  # Ctrl-C or SIGTERM: Tune saved its state and stopped
             raise SweepInterrupted(
                 f"sweep {name} stopped after {ended} of {space.trial_count} trials; "
                 "rerun the same command to resume it"
             )
-        best, artifacts = _finish(space, trials, name, uri, parent_run_id)
-    except SweepInterrupted:
+        best, artifacts = _finish(space, trials, name, parent)
+    except (SweepInterrupted, KeyboardInterrupt, SystemExit):
+        _end_sweep_runs(parent, experiment, "KILLED")
         raise
     except BaseException:
-        mlflow.MlflowClient(uri).set_terminated(parent_run_id, "FAILED")
+        _end_sweep_runs(parent, experiment, "FAILED")
         raise
-    return SweepResult(name, parent_run_id, experiment, trials, best, sweep_dir, artifacts)
+    return SweepResult(name, parent.run_id, experiment, trials, best, sweep_dir, artifacts)
+
+
+def _run_trials(
+    space: SearchSpace,
+    name: str,
+    sweep_dir: Path,
+    experiment: str,
+    parent: TrackedRun,
+    address: str | None,
+    max_concurrent: int | None,
+) -> pd.DataFrame:
+    """Build the space's inputs and run its trials on Ray Tune (or resume them); one row per
+    trial, as :func:`_trials_frame`."""
+    space = _prepare_inputs(space, sweep_dir, name, parent.tracking_uri, address)
+    context = SweepContext(
+        sweep_id=name,
+        experiment=experiment,
+        parent_run_id=parent.run_id,
+        tracking_uri=parent.tracking_uri,
+        runs_dir=sweep_dir / "runs",
+        swept=tuple(space.params),
+        objective=space.objective.name,
+        objective_abs=space.objective.abs,
+        cpus_per_trial=space.cpus,
+        gpus_per_trial=space.gpus,
+        report_epochs=space.scheduler.name == "asha",
+    )
+    trainable = _trainable(space, context, address)
+    param_space = {**space.fixed, **{k: _tune_domain(d) for k, d in space.params.items()}}
+    concurrency = max_concurrent or space.max_concurrent or _default_concurrency(space)
+    if tune.Tuner.can_restore(sweep_dir):
+        print(f"resuming sweep {name} from {sweep_dir}")
+        tuner = tune.Tuner.restore(
+            str(sweep_dir), trainable, resume_errored=False, param_space=param_space
+        )
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=_tune_config(space, concurrency),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=str(sweep_dir.parent),
+                failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+                verbose=1,
+            ),
+        )
+    return _trials_frame(space, tuner.fit(), context)
+
+
+@contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill``, ``ray job stop``, a scheduler's preemption) stops
+    the sweep as Ctrl-C does: while trials run, Ray Tune stops them and saves its state (a
+    second signal skips that); before, the work in progress is interrupted. Signals are handled
+    in the main thread only: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def as_ctrl_c(signum: int, frame: Any) -> None:
+        handler = signal.getsignal(signal.SIGINT)  # Ray Tune's while trials run
+        if not callable(handler):  # ignored (a background job) or not set from Python
+            handler = signal.default_int_handler
+        handler(signal.SIGINT, frame)
+
+    previous = signal.signal(signal.SIGTERM, as_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _end_sweep_runs(parent: TrackedRun, experiment: str, status: str) -> None:
+    """End the parent run with ``status`` and the child runs still RUNNING (the trials that a
+    stop or a failure of the sweep cut short) KILLED: no run of the sweep stays RUNNING."""
+    children = find_runs(experiment, {PARENT_TAG: parent.run_id}, tracking_uri=parent.tracking_uri)
+    for child in children:
+        if child.info.status == "RUNNING":
+            TrackedRun(child.info.run_id, parent.tracking_uri).end("KILLED")
+    parent.end(status)
 
 
 def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.DataFrame:
     """One row per trial: id, child run, status, error, swept values, the space's metrics."""
-    client = mlflow.MlflowClient(context.tracking_uri)
-    experiment = client.get_experiment_by_name(context.experiment)
     children = {
         run.data.tags.get("xmr.trial_id"): run
-        for run in client.search_runs(
-            [experiment.experiment_id],
-            filter_string=f"tags.xmr.sweep_id = '{context.sweep_id}'",
+        for run in find_runs(
+            context.experiment,
+            {"xmr.sweep_id": context.sweep_id},
+            tracking_uri=context.tracking_uri,
         )
     }
     rows = []
@@ -377,7 +452,7 @@ def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.Da
             row[key] = config.get(key)
         for objective in space.metrics:
             value = metrics.get(objective.name)
-            row[objective.name] = float(value) if _finite(value) else math.nan
+            row[objective.name] = float(value) if is_finite_number(value) else math.nan
         rows.append(row)
     frame = pd.DataFrame(rows)
     if not frame.empty:
@@ -393,15 +468,10 @@ def _error_reason(error: BaseException, run: Any) -> str:
     return (lines[-1] if lines else type(error).__name__)[:500]
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
-
-
 def _finish(
-    space: SearchSpace, trials: pd.DataFrame, name: str, uri: str, parent_run_id: str
+    space: SearchSpace, trials: pd.DataFrame, name: str, parent: TrackedRun
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """Log the sweep's outcome into the parent run and close it."""
-    client = mlflow.MlflowClient(uri)
     objective = space.objective
     done = trials[trials["status"] == "FINISHED"] if not trials.empty else trials
     best = None
@@ -413,7 +483,7 @@ def _finish(
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         trials.to_csv(folder / "trials.csv", index=False)
-        client.log_artifact(parent_run_id, str(folder / "trials.csv"))
+        parent.log_artifact(folder / "trials.csv")
         if best is not None:
             payload = {
                 "trial_id": best["trial_id"],
@@ -425,11 +495,15 @@ def _finish(
             (folder / "best_config.json").write_text(
                 json.dumps(payload, indent=2, default=str) + "\n"
             )
-            client.log_artifact(parent_run_id, str(folder / "best_config.json"))
+            parent.log_artifact(folder / "best_config.json")
             artifacts.append("best_config.json")
-            for m in space.metrics:
-                if _finite(best[m.name]):
-                    client.log_metric(parent_run_id, f"best/{m.name}", float(best[m.name]))
+            parent.log_metrics(
+                {
+                    f"best/{m.name}": float(best[m.name])
+                    for m in space.metrics
+                    if is_finite_number(best[m.name])
+                }
+            )
         plotted = done.dropna(subset=[m.name for m in space.metrics]) if not done.empty else done
         for pair, (x_name, y_name) in enumerate(space.pareto):
             if plotted.empty:
@@ -443,14 +517,18 @@ def _finish(
                 path=folder / file,
                 title=f"{name}: {len(plotted)} trials, front in red",
             )
-            client.log_artifact(parent_run_id, str(folder / file))
+            parent.log_artifact(folder / file)
             artifacts.append(file)
             if pair == 0:
                 names = "; ".join(plotted["run_name"][front].tolist())
-                client.set_tag(parent_run_id, "xmr.pareto_front", names)
-    client.log_metric(parent_run_id, "sweep/trials", float(len(trials)))
-    client.log_metric(parent_run_id, "sweep/failed", float((trials["status"] == "FAILED").sum()))
-    client.set_terminated(parent_run_id, "FINISHED")
+                parent.set_tag("xmr.pareto_front", names)
+    parent.log_metrics(
+        {
+            "sweep/trials": float(len(trials)),
+            "sweep/failed": float((trials["status"] == "FAILED").sum()),
+        }
+    )
+    parent.end("FINISHED")
     return best, artifacts
 
 

@@ -2,7 +2,7 @@
 
 - :func:`train_trial` trains with ``xmr train``'s code (a ``TorchTrainer`` inside the trial)
   and forwards every epoch's report to Tune (for schedulers), then the final test metrics.
-- :func:`eval_trial` scores a split that the sweep encoded once (:func:`xmr.eval.evaluate.
+- :func:`eval_trial` scores a split that the sweep encoded once (:func:`xmr.eval.encode.
   encode`), e.g. under another CLIP-clip ``m``.
 
 Each trial is one MLflow child run under the sweep's parent run, named after its swept values
@@ -12,16 +12,21 @@ and tagged ``xmr.sweep_id`` / ``xmr.trial_id``; its params and metrics are exact
 
 from __future__ import annotations
 
-import math
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
 from ray import tune
 
-from xmr.tracking import start_run
+from xmr.tracking import (
+    RUN_NAME_TAG,
+    TrackedRun,
+    find_runs,
+    is_finite_number,
+    resume_run,
+    start_run,
+)
 
 OBJECTIVE = "objective"
 """The key each trial reports for the search algorithm: the space's first metric (abs taken
@@ -54,7 +59,7 @@ class SweepContext:
     def objective_value(self, metrics: dict[str, Any]) -> dict[str, float]:
         """``{OBJECTIVE: value}`` when the trial has the objective metric."""
         value = metrics.get(self.objective)
-        if not isinstance(value, int | float) or not math.isfinite(value):
+        if not is_finite_number(value):
             return {}
         return {OBJECTIVE: abs(value) if self.objective_abs else float(value)}
 
@@ -69,14 +74,10 @@ def _trial_id() -> str:
 
 def existing_child_run(context: SweepContext, trial_id: str) -> str | None:
     """The child run a previous attempt of this trial started, if any."""
-    client = mlflow.MlflowClient(context.tracking_uri)
-    experiment = client.get_experiment_by_name(context.experiment)
-    if experiment is None:
-        return None
-    runs = client.search_runs(
-        [experiment.experiment_id],
-        filter_string=f"tags.xmr.sweep_id = '{context.sweep_id}' "
-        f"and tags.xmr.trial_id = '{trial_id}'",
+    runs = find_runs(
+        context.experiment,
+        context.tags(trial_id),
+        tracking_uri=context.tracking_uri,
         max_results=1,
     )
     return runs[0].info.run_id if runs else None
@@ -85,7 +86,6 @@ def existing_child_run(context: SweepContext, trial_id: str) -> str | None:
 def _record_failure(context: SweepContext, trial_id: str, options: dict, exc: BaseException):
     """Mark the trial's child run FAILED with the reason (creating it when it never started)."""
     run_id = existing_child_run(context, trial_id)
-    client = mlflow.MlflowClient(context.tracking_uri)
     if run_id is None:
         with start_run(
             context.experiment,
@@ -93,12 +93,13 @@ def _record_failure(context: SweepContext, trial_id: str, options: dict, exc: Ba
             tracking_uri=context.tracking_uri,
             tags=context.tags(trial_id),
             parent_run_id=context.parent_run_id,
-        ) as run:
-            run_id = run.info.run_id
+        ) as created:
+            run_id = created.run_id
+    run = TrackedRun(run_id, context.tracking_uri)
     reason = f"{type(exc).__name__}: {exc}"
-    client.set_tag(run_id, "xmr.error", reason[:4000])
-    client.log_text(run_id, "".join(traceback.format_exception(exc)), "error.txt")
-    client.set_terminated(run_id, "FAILED")
+    run.set_tag("xmr.error", reason[:4000])
+    run.log_text("".join(traceback.format_exception(exc)), "error.txt")
+    run.end("FAILED")
 
 
 def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
@@ -133,21 +134,21 @@ def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
     except Exception as exc:
         _record_failure(context, trial_id, options, exc)
         raise
-    client = mlflow.MlflowClient(context.tracking_uri)
-    client.set_tag(result.mlflow_run_id, "mlflow.runName", context.run_name(options))
+    run = TrackedRun(result.mlflow_run_id, context.tracking_uri)
+    run.set_tag(RUN_NAME_TAG, context.run_name(options))
     tune.report({**result.metrics, **context.objective_value(result.metrics)})
 
 
 def eval_trial(options: dict[str, Any], *, context: SweepContext, encoded: Any) -> None:
     """Score one configuration of an eval sweep on the split the sweep encoded once."""
-    from xmr.eval.evaluate import eval_config, score
+    from xmr.eval.config import eval_config
     from xmr.eval.report import log_result
+    from xmr.eval.score import score
 
     trial_id = _trial_id()
     try:
         config = eval_config(**options)
         run_id = existing_child_run(context, trial_id)
-        mlflow.set_tracking_uri(context.tracking_uri)
         if run_id is None:
             opened = start_run(
                 context.experiment,
@@ -157,12 +158,12 @@ def eval_trial(options: dict[str, Any], *, context: SweepContext, encoded: Any) 
                 parent_run_id=context.parent_run_id,
             )
         else:
-            opened = mlflow.start_run(run_id=run_id)
-        with opened:
+            opened = resume_run(run_id, tracking_uri=context.tracking_uri)
+        with opened as run:
             # First, so that a trial that fails still shows what it ran.
-            mlflow.log_params({**config.params(), "data.root": str(encoded.root)})
+            run.log_params({**config.params(), "data.root": str(encoded.root)})
             result = score(encoded, config)
-            log_result(result, config, examples=False)
+            log_result(run, result, config, examples=False)
     except Exception as exc:
         _record_failure(context, trial_id, options, exc)
         raise

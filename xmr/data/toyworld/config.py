@@ -94,6 +94,8 @@ class WorldConfig:
     captions: CaptionConfig
     counterfactuals: CounterfactualConfig
 
+    mode = "scene"
+
     def to_dict(self) -> dict[str, Any]:
         """The YAML structure of this config (what ``world.json`` records)."""
         data = asdict(self)
@@ -214,6 +216,18 @@ def _entries(value: Any, key: str, source: str, fields: tuple[str, ...]) -> list
     return value
 
 
+def _splits(value: Any, source: str) -> dict[str, int]:
+    """``splits``: split name -> image count, at least one split."""
+    splits: dict[str, int] = {}
+    for name, count in _mapping(value, "splits", source).items():
+        if not isinstance(name, str) or not _SPLIT_NAME.match(name):
+            raise _fail(source, "splits", f"split names are letters, digits, '_' or '-': {name!r}")
+        splits[name] = _int(count, f"splits.{name}", source, 0, 10_000_000)
+    if not splits:
+        raise _fail(source, "splits", "needs at least one split")
+    return splits
+
+
 def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
     if data["mode"] != "scene":
         raise _fail(
@@ -222,14 +236,7 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
             f"must be 'scene' for a scene world, got {data['mode']!r} "
             "(shop worlds load with xmr.data.toyworld.load_shop_config)",
         )
-    raw_splits = _mapping(data["splits"], "splits", source)
-    splits: dict[str, int] = {}
-    for name, count in raw_splits.items():
-        if not isinstance(name, str) or not _SPLIT_NAME.match(name):
-            raise _fail(source, "splits", f"split names are letters, digits, '_' or '-': {name!r}")
-        splits[name] = _int(count, f"splits.{name}", source, 0, 10_000_000)
-    if not splits:
-        raise _fail(source, "splits", "needs at least one split")
+    splits = _splits(data["splits"], source)
     classes = _names(data["classes"], "classes", source, CLASSES)
     if not classes:
         raise _fail(source, "classes", "needs at least one class")

@@ -47,7 +47,7 @@ def generate_world(
     if mode is not None and mode not in MODES:
         raise ValueError(f"unknown ToyWorld mode {mode!r}; choose one of {', '.join(MODES)}")
     if isinstance(config, WorldConfig | ShopConfig):
-        own = "shop" if isinstance(config, ShopConfig) else "scene"
+        own = config.mode
         source = type(config).__name__
     else:
         own = None if config is None else config_mode(config)

@@ -21,32 +21,32 @@ Layout under ``out_dir`` (what :func:`xmr.data.toyworld_reader.read_toyworld` re
                                             "logo", attributes.brand) per image
     {split}/{image_id:012d}.png             images
 
-Ids and seeding follow the scene world (:mod:`xmr.data.toyworld.generate`): image ids run from 1
-across the splits in config order, image ``i`` of a split draws everything from
+Ids and seeding follow the scene world (the driver both share: :mod:`xmr.data.toyworld.world`):
+image ids run from 1 across the splits in config order, image ``i`` of a split draws everything from
 ``scene_rng(seed, split, i)``, so the output is byte-identical for a seed at any process count.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from xmr.data.toyworld.generate import (
-    CHUNK,
-    _save_png,
-    _write_json,
-    box_annotation,
-    empty_world_dir,
-    run_chunks,
-)
 from xmr.data.toyworld.scene import scene_rng
 from xmr.data.toyworld.shop_catalogue import COMPOSITIONS, SEASON_WORDS, SUBCATEGORIES
 from xmr.data.toyworld.shop_config import ShopCaptions, ShopConfig, load_shop_config
 from xmr.data.toyworld.shop_render import Product, logo_box, render_product
+from xmr.data.toyworld.world import (
+    Chunk,
+    Items,
+    box_annotation,
+    resolve_config,
+    save_png,
+    write_coco_split,
+    write_world,
+)
 
 #: COCO category ids: the subcategories in catalogue order, then the logo badge.
 CATEGORY_IDS = {name: i for i, name in enumerate([*SUBCATEGORIES, "logo"], start=1)}
@@ -116,19 +116,7 @@ def describe(product: Product, rng: np.random.Generator, captions: ShopCaptions)
     return " ".join(sentences)
 
 
-@dataclass(frozen=True)
-class _Chunk:
-    """Images ``start .. stop - 1`` of ``split``; the first gets image id ``first_id``."""
-
-    config: ShopConfig
-    out_dir: str
-    split: str
-    start: int
-    stop: int
-    first_id: int
-
-
-def _run_chunk(chunk: _Chunk) -> list[dict[str, Any]]:
+def _run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
     """Render and write one chunk; return each image's annotations (JSON-ready)."""
     cfg = chunk.config
     results = []
@@ -138,7 +126,7 @@ def _run_chunk(chunk: _Chunk) -> list[dict[str, Any]]:
         product = sample_product(cfg, rng)
         description = describe(product, rng, cfg.captions)
         file_name = f"{image_id:012d}.png"
-        _save_png(render_product(product), Path(chunk.out_dir) / chunk.split / file_name)
+        save_png(render_product(product), Path(chunk.out_dir) / chunk.split / file_name)
         results.append(
             {
                 "image": {
@@ -162,12 +150,43 @@ def _run_chunk(chunk: _Chunk) -> list[dict[str, Any]]:
     return results
 
 
-def _resolve(config: ShopConfig | str | Path | None, seed: int | None) -> ShopConfig:
-    if config is None or isinstance(config, str | Path):
-        cfg = load_shop_config(config)
-    else:  # re-validate a programmatic config
-        cfg = ShopConfig.from_dict(config.to_dict(), source="ShopConfig")
-    return cfg if seed is None else replace(cfg, seed=seed)
+def _write_annotations(
+    out: Path, cfg: ShopConfig, items: Items, info: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The COCO files of every split; returns the per-split counts."""
+    categories = [
+        {
+            "id": CATEGORY_IDS[name],
+            "name": name,
+            "supercategory": spec.category if (spec := SUBCATEGORIES.get(name)) else "brand",
+        }
+        for name in CATEGORY_IDS
+    ]
+    ann_id = 1
+    counts: dict[str, dict[str, Any]] = {}
+    for split, split_items in items.items():
+        images, annotations, captions = [], [], []
+        for item in split_items:
+            image = item["image"]
+            images.append(image)
+            for category, (x, y, w, h), attributes in item["objects"]:
+                ann = box_annotation(ann_id, image["id"], CATEGORY_IDS[category], (x, y, w, h))
+                annotations.append({**ann, "attributes": attributes})
+                ann_id += 1
+            # One caption per image: its id is the image id.
+            text = item["caption"]
+            captions.append({"id": image["id"], "image_id": image["id"], "caption": text})
+        write_coco_split(out, split, info, images, annotations, categories, captions)
+        entities = [image["entities"] for image in images]
+        counts[split] = {
+            "images": len(images),
+            "captions": len(captions),
+            **{
+                f"per_{group}": dict(sorted(Counter(e[group] for e in entities).items()))
+                for group in ("brand", "subcategory")
+            },
+        }
+    return counts
 
 
 def generate_shop(
@@ -179,78 +198,16 @@ def generate_shop(
 ) -> Path:
     """Generate a shop world into ``out_dir`` (created; must be empty if it exists).
 
-    Args:
-        out_dir: output folder.
-        config: a :class:`ShopConfig`, a shop YAML path, or None for the packaged defaults.
-        seed: overrides the config's seed.
-        progress: show a tqdm bar (images).
-
-    Returns:
-        ``out_dir`` as a Path.
-
-    Raises:
-        ValueError: invalid config, or ``out_dir`` is not empty.
-        FileNotFoundError: the config file does not exist.
+    ``config`` is a :class:`ShopConfig`, a shop YAML path, or None for the packaged shop
+    defaults; the other arguments, the result and the errors are those of
+    :func:`~xmr.data.toyworld.generate.generate`.
     """
-    from xmr import __version__
-
-    cfg = _resolve(config, seed)
-    out = empty_world_dir(out_dir)
-    chunks = []
-    first_id = 1
-    for split, count in cfg.splits.items():
-        (out / split).mkdir()
-        for start in range(0, count, CHUNK):
-            stop = min(count, start + CHUNK)
-            chunks.append(_Chunk(cfg, str(out), split, start, stop, first_id + start))
-        first_id += count
-    results = run_chunks(_run_chunk, chunks, list(cfg.splits), progress=progress)
-
-    categories = [
-        {
-            "id": CATEGORY_IDS[name],
-            "name": name,
-            "supercategory": spec.category if (spec := SUBCATEGORIES.get(name)) else "brand",
-        }
-        for name in CATEGORY_IDS
-    ]
-    info = {"description": "ToyWorld shop (xmr)", "version": __version__, "seed": cfg.seed}
-    ann_id = 1
-    counts: dict[str, dict[str, Any]] = {}
-    for split, items in results.items():
-        images, annotations, captions = [], [], []
-        for item in items:
-            image = item["image"]
-            images.append(image)
-            for category, (x, y, w, h), attributes in item["objects"]:
-                ann = box_annotation(ann_id, image["id"], CATEGORY_IDS[category], (x, y, w, h))
-                annotations.append({**ann, "attributes": attributes})
-                ann_id += 1
-            # One caption per image: its id is the image id.
-            text = item["caption"]
-            captions.append({"id": image["id"], "image_id": image["id"], "caption": text})
-        for name, data in (
-            ("instances", {"images": images, "annotations": annotations, "categories": categories}),
-            ("captions", {"images": images, "annotations": captions}),
-        ):
-            _write_json(
-                out / "annotations" / f"{name}_{split}.json", {"info": info, "licenses": [], **data}
-            )
-        entities = [image["entities"] for image in images]
-        counts[split] = {
-            "images": len(images),
-            "captions": len(captions),
-            **{
-                f"per_{group}": dict(sorted(Counter(e[group] for e in entities).items()))
-                for group in ("brand", "subcategory")
-            },
-        }
-    world = {
-        "xmr_version": __version__,
-        "mode": "shop",
-        "seed": cfg.seed,
-        "config": cfg.to_dict(),
-        "counts": counts,
-    }
-    _write_json(out / "world.json", world, indent=2)
-    return out
+    cfg = resolve_config(config, seed, ShopConfig, load_shop_config)
+    return write_world(
+        out_dir,
+        cfg,
+        _run_chunk,
+        _write_annotations,
+        description="ToyWorld shop (xmr)",
+        progress=progress,
+    )

@@ -19,7 +19,6 @@ import yaml
 
 from xmr.data.records import normalise_entity
 from xmr.data.toyworld.config import (
-    _SPLIT_NAME,
     _entries,
     _fail,
     _float,
@@ -28,6 +27,7 @@ from xmr.data.toyworld.config import (
     _merge,
     _name,
     _names,
+    _splits,
     read_world_yaml,
 )
 from xmr.data.toyworld.shop_catalogue import CATEGORIES, COLOURS, GLYPHS, LOGO_COLOURS
@@ -156,14 +156,7 @@ def _brands(value: Any, source: str) -> tuple[Brand, ...]:
 def _parse(data: Mapping[str, Any], source: str) -> ShopConfig:
     if data["mode"] != "shop":
         raise _fail(source, "mode", f"must be 'shop' for a shop world, got {data['mode']!r}")
-    raw_splits = _mapping(data["splits"], "splits", source)
-    splits: dict[str, int] = {}
-    for name, count in raw_splits.items():
-        if not isinstance(name, str) or not _SPLIT_NAME.match(name):
-            raise _fail(source, "splits", f"split names are letters, digits, '_' or '-': {name!r}")
-        splits[name] = _int(count, f"splits.{name}", source, 0, 10_000_000)
-    if not splits:
-        raise _fail(source, "splits", "needs at least one split")
+    splits = _splits(data["splits"], source)
     colours = _names(data["colours"], "colours", source, COLOURS)
     if not colours:
         raise _fail(source, "colours", "needs at least one colour")

@@ -1,0 +1,284 @@
+"""The command line: flags declared once on options dataclasses and kept in sync with the configs
+and the keys a tune space may set; bad input refused in one line before Ray starts; relative
+paths that still mean the user's folder on the Ray workers."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import mlflow
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import typer
+import yaml
+from PIL import Image
+from typer.testing import CliRunner
+
+from xmr.cli import app
+from xmr.data import DATASETS, read_dataset
+from xmr.data.synthetic import DATA_DIR, MANIFEST, ROW_SCHEMA
+from xmr.eval.config import EvalConfig
+from xmr.eval.options import EvalOptions, EvalOutputOptions
+from xmr.models import ModelSpec
+from xmr.options import ClusterOptions, flag, option_fields
+from xmr.synth.command import SynthFile
+from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.train.config import TrainConfig, resolve_config
+from xmr.train.data import ratio_shortfall, training_data
+from xmr.train.options import TrainOptions
+from xmr.tune.space import EVAL_OPTIONS, TRAIN_OPTIONS, SpaceError, load_space
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def _flags(*path: str) -> set[str]:
+    """Every flag of ``xmr PATH...`` as click parses it (``--help`` aside)."""
+    group = typer.main.get_command(app)
+    command = group
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    return {name for p in command.params for name in (*p.opts, *p.secondary_opts)} - {"--help"}
+
+
+def _declared(*classes: type) -> set[str]:
+    """The flags the options dataclasses declare (``--no-X`` for booleans)."""
+    declared = set()
+    for cls in classes:
+        for item in option_fields(cls):
+            declared.add(flag(item))
+            if item.default is True or item.default is False:
+                declared.add(flag(item).replace("--", "--no-", 1))
+    return declared
+
+
+def _default(cls: type, name: str) -> object:
+    (item,) = [f for f in fields(cls) if f.name == name]
+    return item.default
+
+
+def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Path) -> None:
+    assert _flags("train") == _declared(TrainOptions, ClusterOptions)
+    options = {f.name for f in option_fields(TrainOptions)}
+    config_fields = {f.name for f in fields(TrainConfig)}
+    # The model spec, the optimiser and the loss take the options that are not config fields.
+    assert options - config_fields == {"arch", "pretrained", "init", "lr", "fair_alpha"}
+    assert config_fields - options == {"optim", "loss", "eval_split", "test_split", "ks"}
+    for name in (options & config_fields) - {"model"}:
+        if _default(TrainOptions, name) is not None:
+            assert _default(TrainConfig, name) == _default(TrainOptions, name), name
+
+    given = TrainOptions(
+        model="clip", arch="xmr-tiny", pretrained="none", dataset="coco", data=tmp_path / "d",
+        split="val", synth=tmp_path / "s", synth_ratio=0.5, fair_alpha=0.3, epochs=2,
+        batch_size=8, lr=0.01, workers=2, gpus_per_worker=0.5, cpus_per_worker=3,
+        init=tmp_path / "x.pt", name="run", storage=tmp_path / "runs", seed=5, eval_every=1,
+        max_failures=0,
+    )  # fmt: skip
+    config = given.config()
+    assert config.model == ModelSpec("clip", "xmr-tiny", None, tmp_path / "x.pt")
+    assert (config.optim.lr, config.loss.fair_alpha) == (0.01, 0.3)
+    for name in (options & config_fields) - {"model"}:
+        assert getattr(config, name) == getattr(given, name), name
+
+    assert options - {"name", "storage"} == TRAIN_OPTIONS  # those two are the sweep's
+    swept = resolve_config("clip", **{k: getattr(given, k) for k in TRAIN_OPTIONS - {"model"}})
+    assert swept.fingerprint() == config.fingerprint()  # every key a space may set is used
+
+
+def test_eval_and_synth_flags_are_their_options(tmp_path: Path) -> None:
+    assert _flags("eval") == _declared(EvalOptions, EvalOutputOptions, ClusterOptions)
+    assert {f.name for f in option_fields(EvalOptions)} == EVAL_OPTIONS
+    config_fields = {f.name for f in fields(EvalConfig)}
+    for name in {f.name for f in option_fields(EvalOptions)} & config_fields:
+        if name not in ("model", "metrics"):
+            assert _default(EvalConfig, name) == _default(EvalOptions, name), name
+    assert _flags("synth") == _declared(SynthFile, SynthConfig, SynthRuntime)
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "synth"])
+def test_help_names_every_dataset_of_the_registry(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert all(name in result.output for name in DATASETS)  # fashiongen too
+
+
+@pytest.mark.parametrize("module", ["xmr.cli", "xmr.synth"])
+def test_help_loads_neither_torch_ray_nor_mlflow(module: str) -> None:
+    """``xmr --help`` stays fast; ``python -m xmr.synth`` does not import the CLI above it."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, "--help"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert not loaded & {"torch", "ray", "mlflow"}
+    if module == "xmr.synth":
+        assert "xmr.cli" not in loaded
+
+
+# Runs ``xmr ARGS`` for each ARGS of argv[1] (JSON) in this one process and prints, per run, the
+# exit code, the output and whether Ray was started by then.
+_RUN_AND_REPORT_RAY = """
+import json, sys
+import ray
+from typer.testing import CliRunner
+from xmr.cli import app
+
+for args in json.loads(sys.argv[1]):
+    result = CliRunner().invoke(app, args)
+    print(json.dumps({"code": result.exit_code, "output": result.output,
+                      "ray": ray.is_initialized()}))
+"""
+
+_REFUSALS = [
+    (["train", "--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (["train", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["train", "--workers", "0"], "--workers must be >= 1"),
+    (["train", "--cpus-per-worker", "0"], "--cpus-per-worker must be >= 1"),
+    (["train", "--gpus-per-worker", "-1"], "--gpus-per-worker must be >= 0"),
+    (["train", "--max-failures", "-1"], "--max-failures must be >= 0"),
+    (["train", "--eval-every", "-1"], "--eval-every must be >= 0"),
+    (["train", "--lr", "0"], "--lr must be > 0"),
+    (["train", "--synth-ratio", "-1"], "--synth-ratio must be >= 0"),
+    (["train", "--fair-alpha", "2"], "--fair-alpha must be in [0, 1], got 2.0"),
+    (["train", "--init", "notes.txt"], "notes.txt is not a checkpoint"),
+    (["train", "--init", "folder"], "folder is a directory"),
+    (["eval", "--actors", "0"], "--actors must be >= 1, got 0"),
+    (["eval", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["eval", "--mi-bins", "1"], "--mi-bins must be >= 2"),
+    (["eval", "--checkpoint", "notes.txt"], "notes.txt is not a checkpoint"),
+    (["eval", "--checkpoint", "folder"], "folder is a directory, not a checkpoint file"),
+    (["synth", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["synth", "--rows-per-shard", "0"], "--rows-per-shard must be >= 1"),
+    (["synth", "--num-cpus", "0"], "--num-cpus must be >= 1"),
+    (["synth", "--config", "broken.yaml"], "broken.yaml: not valid YAML: "),
+    (["tune", "--space", "fair_alpha", "--set", "epochs=0"], "--epochs must be >= 1, got 0"),
+    (["tune", "--space", "fair_alpha", "--set", "epochs=[1"], "--set epochs=[1: not valid YAML"),
+    (["tune", "--space", "fair_alpha", "--num-samples", "0"], "--num-samples must be >= 1"),
+    (["tune", "--space", "fair_alpha", "--max-concurrent", "0"], "--max-concurrent must be >= 1"),
+    (["tune", "--space", "fair_alpha", "--cpus-per-trial", "-1"], "--cpus-per-trial must be >= 0"),
+    (["demo", "--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (["demo", "--cpus-per-worker", "0"], "--cpus-per-worker must be >= 1"),
+    (["compare"], "give exactly one of --sweep or --experiment"),
+]
+
+
+def test_bad_input_is_one_line_and_refused_before_ray_starts(tmp_path: Path) -> None:
+    """Zero or negative counts (never silently the default), files that are not checkpoints,
+    folders given as checkpoints, broken YAML: one ``error:`` line, exit 2, Ray not started."""
+    (tmp_path / "notes.txt").write_text("some notes\nmore\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "broken.yaml").write_text("fill: [telea\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_REPORT_RAY, json.dumps([a for a, _ in _REFUSALS])],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(reports) == len(_REFUSALS)
+    for (args, message), report in zip(_REFUSALS, reports, strict=True):
+        lines = report["output"].strip().splitlines()
+        assert report["code"] == 2, (args, report["output"][-2000:])
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, report["output"])
+        assert message in lines[0], (args, lines[0])
+        assert not report["ray"], args
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_unset_options_take_the_defaults_and_zero_is_refused(tmp_path: Path) -> None:
+    assert resolve_config("clip").epochs == 8  # the ToyWorld preset
+    for field in ("epochs", "batch_size"):
+        with pytest.raises(ValueError, match=f"--{field.replace('_', '-')} must be >= 1"):
+            resolve_config("clip", **{field: 0})
+    with pytest.raises(SpaceError, match=r"fair_alpha\.yaml: --epochs must be >= 1, got 0"):
+        load_space("fair_alpha").with_overrides(fixed={"epochs": 0})
+    swept = tmp_path / "epochs.yaml"  # a swept value is checked too
+    swept.write_text(
+        "command: train\nparams: {epochs: {grid: [1, 0]}}\nmetrics: [test/odmap_at_1]\n"
+    )
+    with pytest.raises(SpaceError, match=r"epochs\.yaml: --epochs must be >= 1, got 0"):
+        load_space(swept)
+
+
+def test_tune_makes_relative_paths_of_a_space_absolute(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    space = load_space("synth_ratio").with_overrides(fixed={"data": "world"})
+    assert space.fixed["data"] == str(tmp_path / "world")
+    assert space.fixed["synth"] == "default"  # not a path: D′ of the embedded ToyWorld
+    clip = load_space("clip_m").with_overrides(fixed={"checkpoint": "runs/last.pt"})
+    assert clip.fixed["checkpoint"] == str(tmp_path / "runs" / "last.pt")
+
+
+def _tiny_world(folder: Path) -> None:
+    """``xmr data toyworld --out world`` in ``folder``, as a user would (a relative path)."""
+    splits = {"splits": {"train": 8, "val": 4, "test": 4}}
+    (folder / "world.yaml").write_text(yaml.safe_dump(splits))
+    done = subprocess.run(
+        [sys.executable, "-m", "xmr.cli", "data", "toyworld", "--out", "world", "--config",
+         "world.yaml", "--seed", "3"],
+        cwd=folder, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _small_dprime(out: Path, world: Path, pairs: int) -> None:
+    """A finished D′ folder of ``pairs`` rows (copies of a train image), written directly."""
+    image = next(r.path for r in read_dataset("toyworld", world, "train"))
+    buffer = io.BytesIO()
+    Image.open(image).convert("RGB").save(buffer, format="PNG")
+    rows = [
+        {"key": f"k{n}", "image": buffer.getvalue(), "caption": "a dog on the grass",
+         "source_image_id": 1, "source_caption_id": n, "source_caption": "a dog and a frisbee",
+         "removed_classes": ["frisbee"], "kept_classes": ["dog"], "removed_boxes": [[0, 0, 1, 1]],
+         "width": 64, "height": 64, "fill": "telea", "caption_method": "np-removal"}
+        for n in range(pairs)
+    ]  # fmt: skip
+    (out / DATA_DIR).mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), out / DATA_DIR / "part-0.parquet")
+    (out / MANIFEST).write_text(json.dumps({"config_hash": "0123456789abcdef", "written": pairs}))
+
+
+def test_a_ratio_beyond_dprime_says_how_much_it_used(tmp_path: Path) -> None:
+    _tiny_world(tmp_path)
+    _small_dprime(tmp_path / "dprime", tmp_path / "world", pairs=4)
+    records = read_dataset("toyworld", tmp_path / "world", "train")
+    data = training_data(records, tmp_path / "dprime", synth_ratio=2.0)
+    assert data.synthetic == 4 and data.synth_ratio == pytest.approx(4 / data.original)
+    note = ratio_shortfall(data, 2.0)
+    assert note is not None and f"--synth-ratio 2 asks for {2 * data.original}" in note
+    assert ratio_shortfall(training_data(records, tmp_path / "dprime", 0.01), 0.01) is None
+
+
+@pytest.mark.slow
+def test_train_with_relative_paths_runs_on_the_ray_workers(tmp_path: Path) -> None:
+    """``xmr data toyworld --out world && xmr train --data world ...`` from the folder that holds
+    ``world/`` (the workers run elsewhere); a --synth-ratio beyond D′ is said and logged."""
+    _tiny_world(tmp_path)
+    _small_dprime(tmp_path / "dprime", tmp_path / "world", pairs=4)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "xmr.cli", "train", "--dataset", "toyworld", "--data", "world",
+         "--synth", "dprime", "--synth-ratio", "2", "--epochs", "1", "--batch-size", "8",
+         "--storage", "runs", "--name", "relative", "--tracking-uri", "sqlite:///mlflow.db"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "--synth-ratio 2 asks for" in done.stdout
+    assert (tmp_path / "runs" / "relative" / "last.pt").is_file()
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("xmr/train/toyworld").experiment_id])
+    params = run.data.params
+    original = int(params["data.pairs_original"])
+    assert params["data.synth_ratio"] == "2.0"  # asked for
+    assert float(params["data.synth_ratio_used"]) == pytest.approx(4 / original, rel=1e-4)
+    assert params["data.root"] == str(tmp_path / "world")

@@ -1,0 +1,222 @@
+"""The expensive half of ``xmr eval``: read a split and encode everything its metrics need.
+
+:func:`encode` assembles the inputs of each metric group (:mod:`xmr.eval.protocol`: the split's
+images and captions, the ODmAP queries and all-splits caption gallery, the gender-neutral Bias@K
+queries, the images that estimate CLIP-clip's mutual information) and encodes them once, either
+on Ray (one model per Ray Data actor) or in this process with a model already in memory. The
+result, an :class:`EncodedSplit`, is scored by :func:`xmr.eval.score.score` under any CLIP-clip.
+
+Ray is imported only when encoding on it, so this module (and ``xmr.eval``) loads without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xmr.data import DataIssue, dataset_splits, read_counterfactuals, read_dataset
+from xmr.data.default_world import default_toyworld
+from xmr.data.records import ImageRecord
+from xmr.eval.config import EvalConfig
+from xmr.eval.encoders import EncodeImages, EncodeTexts
+from xmr.eval.protocol import (
+    ImageQuery,
+    ODmAPSet,
+    RetrievalSet,
+    neutral_queries,
+    planned_queries,
+    record_gender,
+)
+from xmr.models import RetrievalModel, check_spec
+from xmr.pipeline import Resources, run_local
+from xmr.pipeline.stage import Batch
+from xmr.text import caption_mentions
+
+
+@dataclass
+class EncodedSplit:
+    """A split encoded once (:func:`encode`), ready for :func:`~xmr.eval.score.score` under any
+    CLIP-clip.
+
+    ``image_emb`` ``[len(image_queries), D]`` holds the split's images first, then the ODmAP
+    queries; ``text_emb`` ``[T, D]`` the ODmAP gallery (or the split's captions) followed by the
+    gender-neutral Bias@K queries. ``mi_emb`` ``[M, D]`` are the images that estimate the mutual
+    information with their ``mi_genders`` (empty unless asked for). Rows that failed to encode
+    are zero and have a reason in ``image_errors``.
+    """
+
+    config: EvalConfig
+    root: Path
+    records: list[ImageRecord]
+    retrieval: RetrievalSet
+    odmap: ODmAPSet | None
+    bias_texts: list[str]
+    genders: list[str]
+    image_queries: list[ImageQuery]
+    image_emb: np.ndarray
+    image_errors: list[str]
+    text_emb: np.ndarray
+    mi_emb: np.ndarray
+    mi_genders: list[str]
+    issues: list[DataIssue]
+    timings: dict[str, float]
+    device: str
+
+
+def encode(
+    config: EvalConfig,
+    *,
+    address: str | None = None,
+    model: RetrievalModel | None = None,
+    mi_features: bool | None = None,
+) -> EncodedSplit:
+    """Read ``config``'s split and encode everything its metrics need.
+
+    ``mi_features``: also encode the ``mi_split`` images for CLIP-clip (default: when
+    ``config.clip_m > 0``). By default the model of ``config.model`` is built in Ray actors
+    (``address``: the cluster); with ``model`` everything is encoded in this process.
+    """
+    if model is None:
+        check_spec(config.model)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    root = config.data or default_toyworld(config.seed)
+    issues: list[DataIssue] = []
+    records = read_dataset(config.dataset, root, config.split, issues=issues)
+    if not records:
+        raise ValueError(f"{root}: split {config.split!r} has no usable images")
+    retrieval = RetrievalSet.from_records(records)
+    odmap = _odmap_set(config, root, records, issues) if "odmap" in config.metrics else None
+    bias_texts, genders = neutral_queries(records) if "bias" in config.metrics else ([], [])
+    with_mi = config.clip_m > 0 if mi_features is None else mi_features
+    mi_records = _mi_records(config, root, records) if with_mi else []
+    timings["prepare_s"] = time.perf_counter() - start
+
+    encoder = _Encoder(config, model, address)
+    t0 = time.perf_counter()
+    image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
+    mi_queries = [ImageQuery(r.path) for r in mi_records]
+    all_emb, all_errors = encoder.images(image_queries + mi_queries)
+    n_queries = len(image_queries)
+    image_emb, image_errors = all_emb[:n_queries], all_errors[:n_queries]
+    mi_ok = [not e for e in all_errors[n_queries:]]
+    mi_emb = all_emb[n_queries:][np.array(mi_ok, dtype=bool)]
+    mi_genders = [record_gender(r) for r, ok in zip(mi_records, mi_ok, strict=True) if ok]
+    timings["encode_images_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # The test captions come first in the ODmAP gallery, so they are encoded once.
+    gallery_texts = odmap.gallery if odmap else retrieval.captions
+    text_emb = encoder.texts(gallery_texts + bias_texts)
+    timings["encode_texts_s"] = time.perf_counter() - t0
+    for query, error in zip(image_queries, image_errors, strict=True):
+        if error:
+            issues.append(DataIssue(str(query.path), error))
+    timings["total_s"] = time.perf_counter() - start
+    return EncodedSplit(
+        config, Path(root), records, retrieval, odmap, bias_texts, genders, image_queries,
+        image_emb, image_errors, text_emb, mi_emb, mi_genders, issues, timings, encoder.device,
+    )  # fmt: skip
+
+
+class _Encoder:
+    """Runs the encoding stages: on Ray (one model per actor), or here with a model in memory."""
+
+    def __init__(
+        self, config: EvalConfig, model: RetrievalModel | None = None, address: str | None = None
+    ) -> None:
+        """With ``model``: encode in this process with it. Without: start or join Ray
+        (``address``) and build ``config.model`` in each actor, on the GPUs when there are
+        some (``device="auto"``)."""
+        self.config = config
+        self.model = model
+        if model is not None:
+            self.device = str(model.device)
+            self.actors, self.resources = 0, Resources(cpus=1)
+            return
+        from xmr.pipeline.ray_executor import cluster_gpus, init_ray  # only when Ray encodes
+
+        init_ray(address)
+        gpus = cluster_gpus()
+        self.device = ("cuda" if gpus > 0 else "cpu") if config.device == "auto" else config.device
+        if self.device == "cuda":
+            self.actors = config.actors or max(1, gpus)
+            self.resources = Resources(cpus=1, gpus=1)
+        else:
+            self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
+            self.resources = Resources(cpus=1)
+
+    def _run(self, stage: type[EncodeImages | EncodeTexts], rows: list[dict]) -> Batch:
+        c = self.config
+        encoder = stage(c.model, self.device, self.resources, c.batch_size, c.seed, self.model)
+        if self.model is not None:
+            return run_local(rows, encoder)
+        from xmr.pipeline.ray_executor import run_stage
+
+        return run_stage(rows, encoder, actors=self.actors)
+
+    def images(self, queries: list[ImageQuery]) -> tuple[np.ndarray, list[str]]:
+        """Embeddings ``[N, D]`` and per-row errors ("" when fine)."""
+        rows = [
+            {"path": str(q.path), "inpaint": json.dumps(q.inpaint_boxes) if q.inpaint_boxes else ""}
+            for q in queries
+        ]
+        keys = [(row["path"], row["inpaint"]) for row in rows]
+        position = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # encode each once
+        unique = [dict(zip(("path", "inpaint"), key, strict=True)) for key in position]
+        out = self._run(EncodeImages, unique)
+        index = [position[key] for key in keys]
+        return out["embedding"][index], [str(out["error"][i]) for i in index]
+
+    def texts(self, texts: list[str]) -> np.ndarray:
+        """Embeddings ``[N, D]``."""
+        unique = list(dict.fromkeys(texts))  # captions repeat: encode each text once
+        position = {text: i for i, text in enumerate(unique)}
+        out = self._run(EncodeTexts, [{"text": t} for t in unique])
+        return out["embedding"][[position[t] for t in texts]]
+
+
+def _odmap_set(
+    config: EvalConfig, root: Path, records: list[ImageRecord], issues: list[DataIssue]
+) -> ODmAPSet:
+    """ODmAP queries and the all-splits caption gallery (see :mod:`xmr.eval.protocol`)."""
+    if config.dataset == "toyworld":
+        cfs = read_counterfactuals(root, config.split)
+        queries = [ImageQuery(cf.path) for cf in cfs]
+        sources = [cf.source_image_id for cf in cfs]
+        removed = [cf.removed for cf in cfs]
+        present = [cf.kept for cf in cfs]
+    else:
+        queries, sources, removed, present = planned_queries(
+            records, issues, alpha1=config.alpha1, alpha2=config.alpha2, alpha3=config.alpha3
+        )
+    gallery_records = list(records)
+    for split in dataset_splits(config.dataset, root):
+        if split != config.split:
+            gallery_records += read_dataset(config.dataset, root, split, issues=issues)
+    gallery = [text for record in gallery_records for text in record.caption_texts]
+    return ODmAPSet(
+        queries,
+        sources,
+        removed,
+        present,
+        gallery,
+        caption_mentions(config.dataset, gallery_records),
+    )
+
+
+def _mi_records(config: EvalConfig, root: Path, records: list[ImageRecord]) -> list[ImageRecord]:
+    """A seeded sample of at most ``mi_samples`` images of ``mi_split`` (CLIP-clip's MI)."""
+    pool = records
+    if config.mi_split != config.split:
+        pool = read_dataset(config.dataset, root, config.mi_split)
+        if not pool:
+            raise ValueError(f"{root}: --mi-split {config.mi_split!r} has no usable images")
+    if len(pool) <= config.mi_samples:
+        return list(pool)
+    rng = np.random.default_rng(config.seed)
+    return [pool[i] for i in np.sort(rng.choice(len(pool), config.mi_samples, replace=False))]

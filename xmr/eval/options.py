@@ -1,0 +1,87 @@
+"""The options of ``xmr eval`` (:class:`EvalOptions`): its flags, their defaults and help.
+
+They resolve to an :class:`~xmr.eval.config.EvalConfig` (:meth:`EvalOptions.config`): the
+family and architecture default to the checkpoint's, the metrics are comma-separated.
+Importing this module loads neither torch nor Ray (the command line builds its help from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xmr.data.registry import DATASETS
+from xmr.options import check_options, option, resolve_paths, run_name_option
+
+if TYPE_CHECKING:
+    from xmr.eval.config import EvalConfig
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """``xmr eval``'s options that define the evaluation, named as its flags (paths absolute).
+
+    These are also the options an eval sweep may set (``xmr tune``).
+    """
+
+    dataset: str = option("toyworld", " | ".join(DATASETS))
+    data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
+    split: str = option("test", "Split to evaluate.")
+    model: str | None = option(
+        None, "Model family (see `xmr models`); default: the checkpoint's, or clip."
+    )
+    arch: str | None = option(
+        None, "Architecture, e.g. ViT-B-32; default: the checkpoint's, or xmr-tiny."
+    )
+    pretrained: str = option("none", "Pretrained tag (e.g. openai), or 'none' for random init.")
+    checkpoint: Path | None = option(
+        None, "Local checkpoint to load (e.g. xmr-runs/<run>/last.pt)."
+    )
+    metrics: str = option("recall,odmap,bias", "Comma-separated: recall,odmap,bias.")
+    batch_size: int = option(128, "Encoding batch size.", ge=1)
+    actors: int | None = option(None, "Encoder actors (default: one per GPU or CPU core).", ge=1)
+    device: str = option("auto", "auto | cpu | cuda")
+    seed: int = option(0, "Seed for random init and example sampling.", ge=0)
+    clip_m: int = option(0, "CLIP-clip: drop the m dims with the most gender information.", ge=0)
+    mi_estimator: str = option(
+        "histogram", "histogram (the reference code's) | ksg (Gao et al. 2017)"
+    )
+    mi_split: str = option(
+        "train",
+        "Split whose images estimate the MI (not the scored one: its labels would leak).",
+    )
+    mi_samples: int = option(5000, "At most this many MI images.", ge=2)
+    mi_bins: int = option(64, "histogram: bins per axis.", ge=2)
+    mi_sigma: float = option(1.0, "histogram: Gaussian smoothing (bins).", ge=0)
+    mi_neighbors: int = option(3, "ksg: neighbours k.", ge=1)
+    clip_renormalize: bool = option(
+        False, "L2-normalise the clipped embeddings (the reference does not)."
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        resolve_paths(self)
+
+    def config(self) -> EvalConfig:
+        """The evaluation these options define (reads the checkpoint for its family and
+        architecture when they are not given).
+
+        Raises:
+            ValueError / FileNotFoundError: an unknown metric or estimator, a missing or
+                unreadable checkpoint (the message names the flag or the file).
+        """
+        from xmr.eval.config import eval_config
+
+        return eval_config(**asdict(self))
+
+
+@dataclass(frozen=True)
+class EvalOutputOptions:
+    """Where ``xmr eval`` reports besides the console: a JSON file and the MLflow run's name."""
+
+    output: Path | None = option(None, "Also write the metrics JSON here.")
+    run_name: str | None = run_name_option()
+
+    def __post_init__(self) -> None:
+        resolve_paths(self)

@@ -1,0 +1,305 @@
+"""The cheap half of ``xmr eval``: the papers' metrics of an encoded split, and :func:`evaluate`.
+
+:func:`score` computes each metric group that the config asks for, one function each, from the
+embeddings of an :class:`~xmr.eval.encode.EncodedSplit` (after CLIP-clip when ``clip_m > 0``):
+
+- :func:`recall_scores`: Recall@K both ways on the split, after the family's pair re-ranking
+  (BLIP's ITM over the top ``rerank_k``);
+- :func:`odmap_scores`: ODmAP@K of the object-removed queries over the all-splits gallery, and
+  a sample of them with their top captions for the example grid;
+- :func:`bias_scores`: Bias@K of the gender-neutral caption queries over the split's images.
+
+:func:`evaluate` is :func:`~xmr.eval.encode.encode` followed by :func:`score`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from xmr.data import DataIssue
+from xmr.data.images import load_image
+from xmr.eval.clip import ClippedDims, clipped_split
+from xmr.eval.config import EvalConfig
+from xmr.eval.encode import EncodedSplit, encode
+from xmr.eval.protocol import ImageQuery, ODmAPSet
+from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_at_k
+from xmr.models import RetrievalModel, create_model
+from xmr.models.registry import default_rerank_k
+from xmr.retrieval import rerank, topk_similarity
+
+
+@dataclass
+class RetrievalExample:
+    """One ODmAP query with its top retrieved captions, for the example grid."""
+
+    query: ImageQuery
+    removed: list[str]
+    present: list[str]
+    captions: list[str]
+    relevant: list[bool]
+
+
+@dataclass
+class EvalResult:
+    """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation."""
+
+    metrics: dict[str, float]
+    counts: dict[str, int]
+    skipped: list[DataIssue]
+    timings: dict[str, float]
+    data_root: Path
+    examples: list[RetrievalExample] = field(default_factory=list)
+    clip: ClippedDims | None = None
+
+    def params(self, config: EvalConfig) -> dict[str, str]:
+        """``config.params()`` with the data root that was evaluated."""
+        return {**config.params(), "data.root": str(self.data_root)}
+
+    def to_json(self, config: EvalConfig) -> dict:
+        return {
+            "config": self.params(config),
+            "metrics": self.metrics,
+            "counts": self.counts,
+            "skipped": [issue._asdict() for issue in self.skipped],
+            "timings": self.timings,
+            **({"clip": self.clip.to_json()} if self.clip else {}),
+        }
+
+
+@dataclass
+class ScoringInputs:
+    """What every metric group reads: an encoded split's embeddings, after CLIP-clip if any.
+
+    ``image_emb`` ``[len(encoded.image_queries), D]`` and ``text_emb`` ``[T, D]`` are laid out
+    as in :class:`~xmr.eval.encode.EncodedSplit`; ``ok_images`` (bool ``[len(records)]``) marks
+    the split's images that encoded, which are the only ones ranked.
+    """
+
+    encoded: EncodedSplit
+    config: EvalConfig
+    image_emb: np.ndarray
+    text_emb: np.ndarray
+    ok_images: np.ndarray
+
+    @property
+    def split_images(self) -> np.ndarray:
+        """``[n_ok, D]``: the embeddings of the split's images that encoded."""
+        return self.image_emb[: len(self.ok_images)][self.ok_images]
+
+    @property
+    def prefix(self) -> str:
+        """Of every metric name: ``{split}/``."""
+        return f"{self.config.split}/"
+
+
+@dataclass
+class GroupScores:
+    """One metric group's metrics (MLflow names), counts and timings (seconds)."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    examples: list[RetrievalExample] = field(default_factory=list)
+
+
+def score(
+    encoded: EncodedSplit, config: EvalConfig | None = None, *, model: RetrievalModel | None = None
+) -> EvalResult:
+    """The metrics of ``encoded`` under ``config`` (default: the config it was encoded with).
+
+    ``config`` may differ from ``encoded.config`` only in its CLIP-clip fields. With
+    ``clip_m > 0`` the chosen dimensions are removed from every image and text embedding before
+    ranking, and BLIP's ITM re-ranking is off (it would rank by the unclipped model). ``model``:
+    the re-ranker's model (default: ``config.model`` built here, when the family re-ranks).
+    """
+    config = config or encoded.config
+    if config.encoding() != encoded.config.encoding():
+        raise ValueError("score() with a config that changes more than CLIP-clip: encode again")
+    start = time.perf_counter()
+    image_emb, text_emb, clipped = clipped_split(encoded, config)
+    ok_images = np.array([not e for e in encoded.image_errors[: len(encoded.records)]])
+    inputs = ScoringInputs(encoded, config, image_emb, text_emb, ok_images)
+
+    metrics: dict[str, float] = {}
+    counts = {"images": int(ok_images.sum()), "captions": len(encoded.retrieval.captions)}
+    timings = dict(encoded.timings)
+    examples: list[RetrievalExample] = []
+    groups = []
+    if "recall" in config.metrics:
+        groups.append(recall_scores(inputs, model))
+    if encoded.odmap is not None:
+        groups.append(odmap_scores(inputs, encoded.odmap))
+    if "bias" in config.metrics:
+        groups.append(bias_scores(inputs))
+    for group in groups:
+        metrics.update(group.metrics)
+        counts.update(group.counts)
+        timings.update(group.timings)
+        examples += group.examples
+    if clipped:
+        counts["clip_m"] = config.clip_m
+        counts["mi_images"] = clipped.mi_images
+    timings["metrics_s"] = time.perf_counter() - start
+    timings["total_s"] = encoded.timings["total_s"] + timings["metrics_s"]
+    counts["skipped"] = len(encoded.issues)
+    return EvalResult(
+        metrics, counts, list(encoded.issues), timings, encoded.root, examples, clipped
+    )
+
+
+def evaluate(
+    config: EvalConfig, *, address: str | None = None, model: RetrievalModel | None = None
+) -> EvalResult:
+    """Run one evaluation: :func:`~xmr.eval.encode.encode`, then :func:`score`. Bad images are
+    skipped and reported in ``EvalResult.skipped``.
+
+    By default the model of ``config.model`` is built in Ray actors (``address``: the cluster).
+    With ``model`` (a training worker's model, on its device) everything is encoded in this
+    process and Ray is not used; ``config.model`` then only names it in the params.
+    """
+    return score(encode(config, address=address, model=model), config, model=model)
+
+
+def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) -> GroupScores:
+    """Recall@K both ways on the split (``{split}/recall_{i2t,t2i}_at_{K}``).
+
+    An image's captions are its positives (i2t), a caption's image its positive (t2i); captions
+    of images that failed to encode are not queries. When the family re-ranks (BLIP, unless
+    CLIP-clip is on) its pair scorer re-orders each query's top ``rerank_k`` first.
+    """
+    config, retrieval = inputs.config, inputs.encoded.retrieval
+    ok_images = inputs.ok_images
+    images = inputs.split_images
+    captions = inputs.text_emb[: len(retrieval.captions)]
+    owner = np.asarray(retrieval.caption_image)  # caption -> image index in the split
+    image_row = np.cumsum(ok_images) - 1  # image index in the split -> row of ``images``
+    keep = ok_images[owner]  # captions whose image encoded
+    positives_i2t = [set(np.flatnonzero(owner == i)) for i in np.flatnonzero(ok_images)]
+    positives_t2i = [{int(image_row[o])} for o in owner[keep]]
+    rerank_k = 0 if config.clip_m else _rerank_depth(config)
+    depth = max(max(config.ks), rerank_k)
+    i2t_ranking = topk_similarity(images, captions, depth)
+    t2i_ranking = topk_similarity(captions[keep], images, depth)
+    scores = GroupScores()
+    if rerank_k:
+        t0 = time.perf_counter()
+        i2t_ranking, t2i_ranking = _rerank_pairs(
+            inputs, model, i2t_ranking, t2i_ranking, keep, rerank_k
+        )
+        scores.timings["rerank_s"] = time.perf_counter() - t0
+        scores.counts["rerank_k"] = rerank_k
+    i2t = recall_at_k(i2t_ranking, positives_i2t, config.ks)
+    t2i = recall_at_k(t2i_ranking, positives_t2i, config.ks)
+    for k in config.ks:
+        scores.metrics[f"{inputs.prefix}recall_i2t_at_{k}"] = i2t[k]
+        scores.metrics[f"{inputs.prefix}recall_t2i_at_{k}"] = t2i[k]
+    return scores
+
+
+def _rerank_pairs(
+    inputs: ScoringInputs,
+    model: RetrievalModel | None,
+    i2t_ranking: Ranking,
+    t2i_ranking: Ranking,
+    keep: np.ndarray,
+    rerank_k: int,
+) -> tuple[Ranking, Ranking]:
+    """Both rankings with each query's top ``rerank_k`` re-ordered by the family's pair scorer
+    (``model``, or ``config.model`` built on the encoding device). ``keep``: bool ``[captions]``,
+    the captions that are t2i queries."""
+    config, encoded = inputs.config, inputs.encoded
+    captions = encoded.retrieval.captions
+    scorer = model or create_model(config.model, device=encoded.device, seed=config.seed)
+    images = _LazyImages([encoded.records[i].path for i in np.flatnonzero(inputs.ok_images)])
+    kept_captions = [c for c, k in zip(captions, keep, strict=True) if k]
+    i2t = rerank(i2t_ranking, scorer.pair_scorer(images, captions, "i2t"), rerank_k)
+    t2i = rerank(t2i_ranking, scorer.pair_scorer(images, kept_captions, "t2i"), rerank_k)
+    return i2t, t2i
+
+
+def odmap_scores(inputs: ScoringInputs, odmap: ODmAPSet) -> GroupScores:
+    """ODmAP@K (``{split}/odmap_at_{K}``) of the ODmAP queries that encoded over the gallery,
+    and a seeded sample of them with their top captions (the example grid)."""
+    config, n_images = inputs.config, len(inputs.ok_images)
+    ok = np.array([not e for e in inputs.encoded.image_errors[n_images:]], dtype=bool)
+    gallery_emb = inputs.text_emb[: len(odmap.gallery)]
+    ranking = topk_similarity(inputs.image_emb[n_images:][ok], gallery_emb, max(config.ks))
+    idx = np.flatnonzero(ok)
+    removed = [odmap.removed[i] for i in idx]
+    present = [odmap.present[i] for i in idx]
+    odmap_at = odmap_at_k(ranking, odmap.gallery_mentions, removed, present, config.ks)
+    return GroupScores(
+        metrics={f"{inputs.prefix}odmap_at_{k}": odmap_at[k] for k in config.ks},
+        counts={"odmap_queries": len(idx), "odmap_gallery": len(odmap.gallery)},
+        examples=_examples(odmap, ranking, idx, config.seed),
+    )
+
+
+def bias_scores(inputs: ScoringInputs) -> GroupScores:
+    """Bias@K (``{split}/bias_at_{K}``) of the gender-neutral caption queries over the split's
+    images that encoded, and how many images each gender label has."""
+    config, encoded = inputs.config, inputs.encoded
+    gallery_len = len(encoded.odmap.gallery) if encoded.odmap else len(encoded.retrieval.captions)
+    queries = inputs.text_emb[gallery_len:]  # after the gallery: the Bias@K queries
+    genders = [g for g, ok in zip(encoded.genders, inputs.ok_images, strict=True) if ok]
+    ranking = topk_similarity(queries, inputs.split_images, max(config.ks))
+    bias = bias_at_k(ranking, genders, config.ks)
+    return GroupScores(
+        metrics={f"{inputs.prefix}bias_at_{k}": bias[k] for k in config.ks},
+        counts={
+            "bias_queries": len(encoded.bias_texts),
+            **{f"images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
+        },
+    )
+
+
+def _rerank_depth(config: EvalConfig) -> int:
+    """Candidates per query that the family's pair scorer re-ranks (0: none)."""
+    if config.rerank_k is not None:
+        return config.rerank_k
+    return default_rerank_k(config.model)
+
+
+class _LazyImages(Sequence[Image.Image]):
+    """Images read on first access (a re-ranker asks only for those it scores)."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return load_image(self.paths[index])
+
+
+def _examples(
+    odmap: ODmAPSet, ranking: Ranking, query_index: np.ndarray, seed: int, n: int = 8, top: int = 3
+) -> list[RetrievalExample]:
+    """A seeded sample of ODmAP queries with their top captions and whether each is relevant."""
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(query_index), size=min(n, len(query_index)), replace=False))
+    queries = [int(query_index[row]) for row in rows]
+    hits = ranking.indices[rows, :top]
+    relevant = odmap_relevance(
+        hits,
+        odmap.gallery_mentions,
+        [odmap.removed[q] for q in queries],
+        [odmap.present[q] for q in queries],
+    )
+    return [
+        RetrievalExample(
+            odmap.queries[q],
+            sorted(odmap.removed[q]),
+            sorted(odmap.present[q]),
+            [odmap.gallery[int(g)] for g in row_hits],
+            row_relevant.tolist(),
+        )
+        for q, row_hits, row_relevant in zip(queries, hits, relevant, strict=True)
+    ]

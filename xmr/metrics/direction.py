@@ -1,0 +1,97 @@
+"""Which way each metric is better, declared once (torchmetrics' ``higher_is_better``).
+
+Every consumer that judges a metric (the demo's Δ colours, the eval report, the sweeps' default
+``mode`` / ``abs``, ``xmr compare``) asks :func:`metric_direction` instead of guessing from the
+name:
+
+- higher is better: Recall@K (``recall_i2t_at_10``, ``subcat_recall_t2i_at_1``), mAP@K,
+  ODmAP@K, the summed recalls (``rsum``, ``sumr``, ``subcat_sumr``);
+- lower is better: training losses (``loss``, ``loss_itc``, ...);
+- signed, best at 0 and judged by size (compare ``|x|``): Bias@K (gender paper §2.2, in
+  [-1, 1], + = towards male) and the similarity bias (its Eq. 9).
+
+Names are MLflow metric names, with any ``split/`` or ``final/split/`` prefix
+(``test/recall_t2i_at_10``, ``final/test/bias_at_5``, ``val/rsum``, ``train/loss``). A name
+that is none of these is never given a guessed direction: :func:`metric_direction` refuses it
+with :class:`UnknownMetricError`, and :func:`find_direction` returns None for a caller that can
+do without one (a table's number format, a sweep metric whose ``mode`` the space states).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+
+class Direction(Enum):
+    """Which values of a metric are better."""
+
+    HIGHER = "higher is better"
+    LOWER = "lower is better"
+    TOWARD_ZERO = "closer to 0 is better"  # signed: judged by |value|
+
+    @property
+    def mode(self) -> str:
+        """``max`` or ``min`` of :meth:`judged` values (Ray Tune's and the sweeps' ``mode``)."""
+        return "max" if self is Direction.HIGHER else "min"
+
+    @property
+    def symbol(self) -> str:
+        """A table's hint: ``↑`` (higher is better), ``↓`` (lower), ``→0`` (closer to 0)."""
+        return {"HIGHER": "↑", "LOWER": "↓", "TOWARD_ZERO": "→0"}[self.name]
+
+    @property
+    def signed(self) -> bool:
+        """Whether the sign carries meaning and is judged away (shown with its sign)."""
+        return self is Direction.TOWARD_ZERO
+
+    def judged(self, value: float) -> float:
+        """The number that is compared: ``|value|`` for signed metrics, else ``value``."""
+        return abs(value) if self.signed else value
+
+    def better(self, value: float, than: float) -> bool:
+        """Whether ``value`` is strictly better than ``than`` (NaN is never better)."""
+        value, than = self.judged(value), self.judged(than)
+        return value > than if self is Direction.HIGHER else value < than
+
+
+class UnknownMetricError(ValueError):
+    """A metric name whose direction is not declared in :data:`DIRECTIONS`."""
+
+
+DIRECTIONS: tuple[tuple[str, Direction], ...] = (
+    (r"(subcat_)?recall_(i2t|t2i)_at_\d+", Direction.HIGHER),
+    (r"(od)?map_at_\d+", Direction.HIGHER),
+    (r"rsum|(subcat_)?sumr", Direction.HIGHER),
+    (r"loss(_\w+)?", Direction.LOWER),
+    (r"bias_at_\d+|similarity_bias", Direction.TOWARD_ZERO),
+)
+"""(pattern of the name's last ``/`` part, direction): the declaration, in one place."""
+
+
+def find_direction(name: str) -> Direction | None:
+    """The declared :class:`Direction` of MLflow metric ``name`` (any ``split/`` prefixes), or
+    None when it has none (for callers that can do without: a table's number format, a sweep
+    metric whose ``mode`` the space states)."""
+    stem = name.rsplit("/", 1)[-1]
+    for pattern, direction in DIRECTIONS:
+        if re.fullmatch(pattern, stem):
+            return direction
+    return None
+
+
+def metric_direction(name: str) -> Direction:
+    """The :class:`Direction` of MLflow metric ``name`` (any ``split/`` prefixes allowed).
+
+    >>> metric_direction("final/test/bias_at_5").mode, metric_direction("val/rsum").mode
+    ('min', 'max')
+
+    Raises :class:`UnknownMetricError` naming the metric when its direction is not declared.
+    """
+    direction = find_direction(name)
+    if direction is None:
+        raise UnknownMetricError(
+            f"metric {name!r}: its direction is not known (xmr.metrics.direction declares "
+            "recall_*, odmap_at_*, map_at_*, rsum, sumr, loss*, bias_at_*, similarity_bias)"
+        )
+    return direction

@@ -1,0 +1,289 @@
+"""Command-line options declared once, on dataclasses, and the commands built from them.
+
+A field declared with :func:`option` is a flag: ``--`` and its name with ``-`` for ``_`` (or
+``flag``), its default, its help, and the bounds it must lie in::
+
+    @dataclass(frozen=True)
+    class TrainOptions:
+        epochs: int | None = option(None, "Epochs (default: the family's).", ge=1)
+
+:func:`command` turns option dataclasses into a typer command (typer reads the generated
+function's signature), so a command's flags, defaults and help are not typed a second time.
+:func:`check_options` refuses values outside the bounds with the flag named, and
+:func:`resolve_paths` makes every path absolute, in the driver: Ray workers run in other
+folders. Only typer and yaml are imported here (``xmr --help`` stays fast).
+
+>>> from dataclasses import dataclass
+>>> @dataclass(frozen=True)
+... class Sizes:
+...     batch_size: int = option(32, "Rows per batch.", ge=1)
+...
+...     def __post_init__(self) -> None:
+...         check_options(self)
+>>> Sizes(batch_size=0)
+Traceback (most recent call last):
+ValueError: --batch-size must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import MISSING, Field, dataclass, field, fields
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+OPTION = "xmr.option"
+"""The key of a field's :class:`OptionSpec` in its dataclass metadata."""
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """How a dataclass field appears on the command line.
+
+    Attributes:
+        help: the flag's help text.
+        flag: the flag's name without ``--`` (default: the field's, ``_`` as ``-``).
+        ge, gt, le, lt: bounds on the value (None: unbounded); unset (None) values pass.
+        cli_type: the type the flag parses to when it is not the field's (``"all"`` or N).
+    """
+
+    help: str
+    flag: str | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    cli_type: Any = None
+
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    flag: str | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    cli_type: Any = None,
+) -> Any:
+    """A dataclass field that is a command-line option (no ``default``: a required one)."""
+    spec = OptionSpec(help, flag, ge, gt, le, lt, cli_type)
+    return field(default=default, metadata={OPTION: spec})
+
+
+def address_option() -> Any:
+    """``--address``: the Ray cluster to run on."""
+    return option(None, "Ray cluster address (default: RAY_ADDRESS or local Ray).")
+
+
+def tracking_uri_option() -> Any:
+    """``--tracking-uri``: the MLflow store to log to."""
+    return option(None, "MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db).")
+
+
+def run_name_option() -> Any:
+    """``--run-name``: the MLflow run's name."""
+    return option(None, "MLflow run name.")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where a command runs and what it logs to: ``--address`` and ``--tracking-uri``."""
+
+    address: str | None = address_option()
+    tracking_uri: str | None = tracking_uri_option()
+
+
+def option_fields(cls: type) -> list[Field]:
+    """The fields of dataclass ``cls`` declared with :func:`option`, in order."""
+    return [f for f in fields(cls) if OPTION in f.metadata]
+
+
+def flag(item: Field) -> str:
+    """The flag of an option field, with its ``--``."""
+    spec: OptionSpec = item.metadata[OPTION]
+    return "--" + (spec.flag or item.name.replace("_", "-"))
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _bounds_problem(spec: OptionSpec, value: Any) -> str | None:
+    """What is wrong with ``value`` under ``spec``'s bounds, None when nothing is."""
+    low = (spec.ge, "[") if spec.ge is not None else (spec.gt, "(")
+    high = (spec.le, "]") if spec.le is not None else (spec.lt, ")")
+    if low[0] is None and high[0] is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return f"must be a number, got {value!r}"
+    below = low[0] is not None and (value < low[0] if low[1] == "[" else value <= low[0])
+    above = high[0] is not None and (value > high[0] if high[1] == "]" else value >= high[0])
+    if not (below or above):
+        return None
+    if low[0] is not None and high[0] is not None:
+        return f"must be in {low[1]}{_number(low[0])}, {_number(high[0])}{high[1]}, got {value}"
+    if low[0] is not None:
+        return f"must be {'>=' if low[1] == '[' else '>'} {_number(low[0])}, got {value}"
+    return f"must be {'<=' if high[1] == ']' else '<'} {_number(high[0])}, got {value}"
+
+
+def check_options(values: Any, declared_by: type | None = None) -> None:
+    """Refuse option values outside their bounds, naming the flag.
+
+    ``declared_by``: the options dataclass whose fields declare the bounds (default: the
+    class of ``values``); its fields that ``values`` lacks are skipped, so a resolved config
+    can be checked against the options it came from.
+
+    Raises:
+        ValueError: ``--FLAG must be >= 1, got 0`` (or ``in (0, 1]``, ``a number``).
+    """
+    for item in option_fields(declared_by or type(values)):
+        value = getattr(values, item.name, None)
+        if value is None:
+            continue
+        problem = _bounds_problem(item.metadata[OPTION], value)
+        if problem:
+            raise ValueError(f"{flag(item)} {problem}")
+
+
+def _is_path(annotation: Any) -> bool:
+    if annotation is Path:
+        return True
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return Path in typing.get_args(annotation)
+    return False
+
+
+@cache
+def path_fields(cls: type) -> tuple[str, ...]:
+    """The names of the fields of dataclass ``cls`` that hold a path."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in fields(cls) if _is_path(hints[f.name]))
+
+
+def resolve_paths(values: Any) -> None:
+    """Make every path field of the (frozen) dataclass ``values`` absolute, in place.
+
+    Relative paths mean the working directory of the process that parsed them (the driver);
+    Ray workers run elsewhere. Strings (from YAML) become paths; None stays None.
+    """
+    for name in path_fields(type(values)):
+        value = getattr(values, name)
+        if value is not None:
+            object.__setattr__(values, name, Path(value).expanduser().resolve())
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)``; bad YAML is a one-line ``ValueError`` that starts with ``where``
+    (the file or the option it came from) and says what and where (line, column) is wrong."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{where}: not valid YAML: {yaml_problem(exc)}") from exc
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: ``while parsing ...: expected ... (line 1, column 3)``."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    said = "; ".join(part for part in (exc.context, exc.problem) if part)
+    mark = exc.problem_mark or exc.context_mark
+    return f"{said} (line {mark.line + 1}, column {mark.column + 1})" if mark else said
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``error: message`` (red, on stderr) and return the exit (code 2) to raise."""
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(code=2)
+
+
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, LookupError)
+"""What bad input raises (``DataError`` is a ``ValueError``): one line, not a traceback."""
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn :data:`USER_ERRORS` raised in the block into ``error: ...`` and exit code 2."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        raise fail(str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """A group of :func:`command` whose flags all default to unset (None): the command gets
+    the values given as a dict, to lay over a config file. Help shows the dataclass default."""
+
+    cls: type
+
+
+def _parameter(item: Field, annotation: Any, *, unset: bool) -> inspect.Parameter:
+    spec: OptionSpec = item.metadata[OPTION]
+    kind = spec.cli_type or annotation
+    name = spec.flag or item.name.replace("_", "-")
+    is_bool = kind is bool or kind == bool | None
+    declarations = [f"--{name}/--no-{name}" if is_bool else f"--{name}"]
+    text, default = spec.help, item.default
+    if unset:  # the flag defaults to None (not given); the help says what that means
+        if item.default not in (MISSING, None):
+            shown = (f"--{name}" if item.default else f"--no-{name}") if is_bool else item.default
+            text = f"{text} (default: {shown})"
+        kind, default = kind | None, None
+    info = typer.Option(*declarations, help=text, show_default=not unset)
+    return inspect.Parameter(
+        item.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=inspect.Parameter.empty if default is MISSING else default,
+        annotation=Annotated[kind, info],
+    )
+
+
+def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[..., None]:
+    """A typer command whose flags are the option fields of ``groups``, in order.
+
+    ``run`` gets one argument per group: an instance of the dataclass built from its flags
+    (so its ``__post_init__`` checks run before ``run`` does; a :data:`USER_ERRORS` there is a
+    one-line error), or for an :class:`Overrides` group the dict of its flags (None: unset).
+    The command's help is ``run``'s docstring.
+    """
+    parameters: list[inspect.Parameter] = []
+    names: list[list[str]] = []
+    for group in groups:
+        cls = group.cls if isinstance(group, Overrides) else group
+        hints = typing.get_type_hints(cls)
+        own = option_fields(cls)
+        names.append([item.name for item in own])
+        parameters += [
+            _parameter(item, hints[item.name], unset=isinstance(group, Overrides)) for item in own
+        ]
+    declared = [p.name for p in parameters]
+    duplicated = sorted({name for name in declared if declared.count(name) > 1})
+    if duplicated:
+        raise ValueError(f"options declared twice: {duplicated}")
+
+    def invoke(**values: Any) -> None:
+        arguments = []
+        with user_errors():
+            for group, own in zip(groups, names, strict=True):
+                given = {name: values[name] for name in own}
+                arguments.append(given if isinstance(group, Overrides) else group(**given))
+        run(*arguments)
+
+    invoke.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    invoke.__doc__ = run.__doc__
+    invoke.__name__ = run.__name__
+    invoke.__qualname__ = run.__qualname__
+    invoke.__module__ = run.__module__
+    return invoke

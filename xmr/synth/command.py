@@ -1,0 +1,61 @@
+"""The ``xmr synth`` command, also ``python -m xmr.synth`` (what ``ray job submit`` runs).
+
+Its flags are the fields of :class:`~xmr.synth.config.SynthConfig` and
+:class:`~xmr.synth.config.SynthRuntime`, all unset by default so that a ``--config`` YAML
+can set them; a flag given wins over the file. Importing this module loads neither Ray nor the
+build (they are imported when the command runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from xmr.options import Overrides, command, option, resolve_paths, user_errors
+from xmr.synth.config import SynthConfig, SynthRuntime
+
+
+@dataclass(frozen=True)
+class SynthFile:
+    """``--config``: the YAML file of options the flags override."""
+
+    config: Path | None = option(None, "YAML file of options (flags override it).")
+
+    def __post_init__(self) -> None:
+        resolve_paths(self)
+
+
+def run_synth(file: SynthFile, config_flags: dict[str, Any], runtime_flags: dict[str, Any]) -> None:
+    """Build D′: remove co-occurring objects from images and their captions, on Ray Data.
+
+    Rerunning with the same options and --out resumes an interrupted build.
+    """
+    from xmr.synth.build import synthesize
+    from xmr.synth.config import load_configs
+    from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
+
+    with user_errors():
+        synth_config, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
+        result = synthesize(synth_config, runtime)
+    save_sample_grid(result.out, result.out / SAMPLES, seed=synth_config.seed)
+    print_summary(result)
+    if runtime.log_mlflow:
+        run_id = log_to_mlflow(result, synth_config, runtime)
+        typer.echo(f"MLflow run {run_id} in experiment xmr/synth/{synth_config.dataset}")
+    if result.error_rate > runtime.max_error_rate:
+        manifest = result.manifest
+        typer.secho(
+            f"error: {manifest['errors']} of {manifest['planned']} rows failed "
+            f"({result.error_rate:.1%} > --max-error-rate {runtime.max_error_rate:.1%}); "
+            f"reasons in {result.out / 'errors.parquet'}",
+            fg=typer.colors.RED,
+            err=True,
+        )
+        raise typer.Exit(code=1)
+
+
+synth_command = command(run_synth, SynthFile, Overrides(SynthConfig), Overrides(SynthRuntime))
+"""``xmr synth``: register with ``app.command("synth")(synth_command)``."""

@@ -1,0 +1,69 @@
+"""The options of ``xmr train`` (:class:`TrainOptions`): its flags, their defaults and help.
+
+An option left unset (None) takes the model family's default when the options resolve to a
+:class:`~xmr.train.config.TrainConfig` (:meth:`TrainOptions.config`). Importing this module
+loads neither torch nor Ray (the command line builds its help from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xmr.data.registry import DATASETS
+from xmr.options import check_options, option, resolve_paths
+
+if TYPE_CHECKING:
+    from xmr.train.config import TrainConfig
+
+DEFAULT_STORAGE = Path("xmr-runs")
+"""Where runs and their checkpoints go (in the working directory)."""
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """``xmr train``'s options, named as its flags (paths absolute)."""
+
+    model: str = option("clip", "Model family: clip | vsepp | blip | eiclip (see `xmr models`).")
+    arch: str | None = option(None, "Architecture (default: the family's, see `xmr models`).")
+    pretrained: str | None = option(
+        None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
+    )
+    dataset: str = option("toyworld", " | ".join(DATASETS))
+    data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
+    split: str = option("train", "Training split.")
+    synth: Path | None = option(None, "A D′ folder from `xmr synth` to train on D ∪ D′.")
+    synth_ratio: float | None = option(None, "D′ pairs per pair of D (default: all of D′).", ge=0)
+    fair_alpha: float = option(
+        0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
+    )
+    epochs: int | None = option(None, "Epochs (default: the family's).", ge=1)
+    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
+    lr: float | None = option(None, "Learning rate (default: the family's).", gt=0)
+    workers: int = option(1, "Data-parallel training workers.", ge=1)
+    gpus_per_worker: float = option(0.0, "GPUs per worker (0: CPU).", ge=0)
+    cpus_per_worker: int = option(1, "CPU cores per worker.", ge=1)
+    init: Path | None = option(None, "Start from this checkpoint (e.g. a D-only run's).")
+    name: str | None = option(None, "Run name (default: family-arch-dataset-<config hash>).")
+    storage: Path = option(DEFAULT_STORAGE, "Folder of runs and checkpoints.")
+    seed: int = option(0, "Seed of init, shuffling and sampling.", ge=0)
+    eval_every: int = option(
+        0, "Evaluate on the val split every N epochs (0: only at the end).", ge=0
+    )
+    max_failures: int = option(2, "Worker-group restarts from the last checkpoint.", ge=0)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        resolve_paths(self)
+
+    def config(self) -> TrainConfig:
+        """The run these options define, with the family's defaults for the unset ones.
+
+        Raises:
+            ValueError: an unknown family, or values that contradict each other.
+        """
+        from xmr.train.config import resolve_config
+
+        fields = asdict(self)
+        return resolve_config(fields.pop("model"), **{**fields, "name": self.name or ""})
