@@ -282,3 +282,24 @@ def test_train_with_relative_paths_runs_on_the_ray_workers(tmp_path: Path) -> No
     assert params["data.synth_ratio"] == "2.0"  # asked for
     assert float(params["data.synth_ratio_used"]) == pytest.approx(4 / original, rel=1e-4)
     assert params["data.root"] == str(tmp_path / "world")
+
+
+def test_gitignore_covers_every_default_output_folder() -> None:
+    from xmr.cli import DemoOptions
+    from xmr.synth.config import DEFAULT_OUT
+    from xmr.tracking import ARTIFACTS_DIR, DEFAULT_DB
+    from xmr.train.options import DEFAULT_STORAGE as TRAIN_STORAGE
+    from xmr.tune.options import DEFAULT_STORAGE as TUNE_STORAGE
+
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    demo_workdir = Path(DemoOptions.__dataclass_fields__["workdir"].default)
+    outputs = [DEFAULT_OUT, TRAIN_STORAGE, TUNE_STORAGE, demo_workdir, Path(ARTIFACTS_DIR)]
+    paths = [f"{folder}/anything" for folder in outputs] + [DEFAULT_DB]
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths], cwd=repo, capture_output=True, text=True
+    )
+    assert sorted(checked.stdout.split()) == sorted(paths)
+    assert len({str(folder) for folder in outputs[:4]}) == 4
+    assert all(str(folder).startswith("xmr-") for folder in outputs[:4])

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 DEFAULT_DB = "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"  # beside a sqlite store
 PARENT_TAG = "mlflow.parentRunId"  # how MLflow (and its UI) nests a run under another
 RUN_NAME_TAG = "mlflow.runName"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
@@ -176,7 +177,7 @@ def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
     if not tracking_uri.startswith("sqlite:///"):
         return None
     db = Path(tracking_uri.removeprefix("sqlite:///"))
-    return (db.parent / "mlartifacts" / experiment.replace("/", "_")).resolve().as_uri()
+    return (db.parent / ARTIFACTS_DIR / experiment.replace("/", "_")).resolve().as_uri()
 
 
 @contextmanager

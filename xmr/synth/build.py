@@ -38,6 +38,7 @@ from xmr.data.records import ImageRecord
 from xmr.data.synthetic import MANIFEST
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
+from xmr.progress import ProgressLines, stdout_is_terminal
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import (
     check_out_dir,
@@ -191,6 +192,14 @@ def _add_busy(busy: Counter, batch: Batch) -> None:
             busy[name.removeprefix("seconds_")] += float(np.sum(seconds))
 
 
+def _log_lines(total: int, desc: str, unit: str, runtime: SynthRuntime) -> ProgressLines | None:
+    """Progress as whole lines when standard output is a log (a job, CI, a pipe); None on a
+    terminal, where Ray Data draws its own bars, or with ``--no-progress``."""
+    if not runtime.progress or stdout_is_terminal():
+        return None
+    return ProgressLines(total, desc, unit=unit)
+
+
 def plan_pass(
     executor: RayExecutor,
     records: list[ImageRecord],
@@ -221,13 +230,18 @@ def plan_pass(
     plan_batch = max(runtime.batch_size, math.ceil(len(items) / (4 * plan_actors)))
     stages.append((PlanRows(config, Resources(1.0), plan_batch), plan_actors))
     rows, errors, busy = [], [], Counter()
+    lines = _log_lines(len(items), "plan", "images", runtime)
     for batch in executor.stream(items, stages, blocks=blocks):
         _add_busy(busy, batch)
+        if lines:  # rows are keyed "image_id/..."; an image without a plan has none
+            lines.update(len({str(key).split("/", 1)[0] for key in batch["key"]}))
         for i in range(len(batch["key"])):
             if batch["error"][i]:
                 errors.append(error_record(batch, i))
             else:
                 rows.append(PlannedRow.from_batch(batch, i))
+    if lines and lines.done < lines.total:
+        lines.update(lines.total - lines.done)  # the images that got no plan
     return rows, errors, dict(busy)
 
 
@@ -299,9 +313,12 @@ def synth_pass(
     inputs = [{**r.to_dict(), **blank} for r in todo]
     assembler = _ShardAssembler(runtime.out, shards, pending)
     busy: Counter = Counter()
+    lines = _log_lines(len(todo), "synthesize", "rows", runtime)
     for batch in executor.stream(inputs, stages, blocks=blocks):
         start = time.perf_counter()
         _add_busy(busy, batch)
+        if lines:
+            lines.update(len(batch["key"]))
         for i in range(len(batch["key"])):
             if batch["error"][i]:
                 assembler.add(str(batch["key"][i]), None, error_record(batch, i))
