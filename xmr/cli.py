@@ -87,6 +87,7 @@ def eval_command(options: EvalOptions, outputs: EvalOutputOptions, cluster: Clus
     """
     from xmr.eval.report import log_to_mlflow, print_report, write_json
     from xmr.eval.score import evaluate
+    from xmr.tracking import experiment_name
 
     with user_errors():
         config = options.config()
@@ -98,7 +99,7 @@ def eval_command(options: EvalOptions, outputs: EvalOutputOptions, cluster: Clus
     run_id = log_to_mlflow(
         result, config, tracking_uri=cluster.tracking_uri, run_name=outputs.run_name
     )
-    typer.echo(f"MLflow run {run_id} in experiment xmr/eval/{config.dataset}")
+    typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', config.dataset)}")
 
 
 app.command("eval")(command(eval_command, EvalOptions, EvalOutputOptions, ClusterOptions))

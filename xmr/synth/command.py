@@ -36,6 +36,7 @@ def run_synth(file: SynthFile, config_flags: dict[str, Any], runtime_flags: dict
     from xmr.synth.build import synthesize
     from xmr.synth.config import load_configs
     from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
+    from xmr.tracking import experiment_name
 
     with user_errors():
         synth_config, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
@@ -44,7 +45,8 @@ def run_synth(file: SynthFile, config_flags: dict[str, Any], runtime_flags: dict
     print_summary(result)
     if runtime.log_mlflow:
         run_id = log_to_mlflow(result, synth_config, runtime)
-        typer.echo(f"MLflow run {run_id} in experiment xmr/synth/{synth_config.dataset}")
+        experiment = experiment_name("synth", synth_config.dataset)
+        typer.echo(f"MLflow run {run_id} in experiment {experiment}")
     if result.error_rate > runtime.max_error_rate:
         manifest = result.manifest
         typer.secho(
