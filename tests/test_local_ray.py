@@ -12,7 +12,6 @@ import io
 import ipaddress
 import json
 import os
-import re
 import secrets
 import socket
 import subprocess
@@ -188,31 +187,3 @@ def test_toyworld_progress_in_a_log_is_whole_lines(tmp_path: Path, capsys):
         line for line in captured.out.splitlines() if line.startswith("toyworld: ")
     ]
     assert captured.out.splitlines()[-1].startswith("toyworld: 100% (16/16 img, ")
-
-
-@pytest.mark.slow
-def test_train_log_has_a_few_progress_lines_and_no_cleaner_errors(tmp_path: Path):
-    """``xmr train … | tee log``: a line per tenth of an epoch, no bars (tqdm_ray's nor Ray
-    Data's), no PlacementGroupCleaner traceback or warnings."""
-    _tiny_world(tmp_path / "world", tmp_path)
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "xmr.cli", "train", "--data", "world", "--epochs", "1",
-         "--batch-size", "8", "--storage", "runs", "--name", "piped",
-         "--tracking-uri", "sqlite:///mlflow.db"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        timeout=900,
-    )  # fmt: skip
-    log = done.stdout
-    assert done.returncode == 0, log[-4000:]
-    percentages = re.findall(r"\d+%", log)
-    assert 1 <= len(percentages) <= PARTS, log[-4000:]  # 5 steps here: a line each
-    assert re.search(r"epoch 1/1: 100% \((\d+)/\1 steps, ", log), log[-4000:]
-    assert len(re.findall(r"epoch 1/1 \| loss", log)) == 1  # the epoch line, once
-    assert "PlacementGroupCleaner" not in log, log[-4000:]
-    lines = log.splitlines()
-    tracebacks = [i for i, line in enumerate(lines) if "Traceback" in line]
-    # Only Ray Train's own warning when its autoscaling coordinator answers late (a loaded
-    # machine), which says it is safe to ignore.
-    assert all("Failed to send resource request" in lines[i - 1] for i in tracebacks), log[-4000:]
