@@ -77,3 +77,19 @@ def test_a_recorded_run_is_continued_and_ends_once(tmp_path: Path) -> None:
     (found,) = find_runs(experiment, {"xmr.trial_id": "t1"}, tracking_uri=uri)
     assert found.info.run_id == run.run_id and found.data.tags["xmr.role"] == "kept"
     assert find_runs("xmr/train/none", {"xmr.trial_id": "t1"}, tracking_uri=uri) == []
+
+
+def test_a_record_of_a_run_the_store_lost_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The database was removed (or the run deleted) but the run folder stayed: a rerun says
+    what to remove instead of failing inside MLflow."""
+    record = tmp_path / "run" / "xmr_run.json"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with start_run("xmr/test/unit", tracking_uri=uri, keep_running=True) as run:
+        pass
+    write_run_record(record, run, "mlflow_run_id", {})
+    mlflow.MlflowClient(uri).delete_run(run.run_id)
+    with pytest.raises(LookupError, match=f"remembers MLflow run {run.run_id}.*remove"):
+        recorded_run(record, "mlflow_run_id", uri)
+    (tmp_path / "mlflow.db").unlink()
+    with pytest.raises(LookupError, match=f"{record}.*no longer has"):
+        recorded_run(record, "mlflow_run_id", uri)

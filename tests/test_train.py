@@ -159,13 +159,13 @@ def small_shop_world(tmp_path_factory) -> Path:
     return generate_world(tmp_path_factory.mktemp("shop") / "w", spec, seed=4)
 
 
-@pytest.mark.parametrize(
-    ("family", "workers"),
-    [("vsepp", 1), ("vsepp", 2), ("blip", 1), ("blip", 2), ("eiclip", 1), ("eiclip", 2)],
-)
+@pytest.mark.parametrize("family", ["vsepp", "blip", "eiclip"])
 def test_each_family_trains_and_evaluates(
-    local_ray, small_toyworld, small_shop_world, tmp_path, family: str, workers: int
+    local_ray, small_toyworld, small_shop_world, tmp_path, family: str
 ) -> None:
+    """On two data-parallel workers, the harder case: each family's loss sees the other
+    worker's batch (one worker is what the CLIP, demo and CLI tests run)."""
+    workers = 2
     world = small_shop_world if family == "eiclip" else small_toyworld
     config = resolve_config(
         family, data=world, storage=tmp_path / "runs", epochs=1, batch_size=16, workers=workers

@@ -225,13 +225,28 @@ def resume_run(run_id: str, *, tracking_uri: str | None = None) -> Iterator[Trac
 
 def recorded_run(record: Path, id_key: str, tracking_uri: str) -> TrackedRun | None:
     """The run that ``record`` (written by :func:`write_run_record`) remembers under
-    ``id_key``, reopened (RUNNING); None when there is no record or it is of another store."""
+    ``id_key``, reopened (RUNNING); None when there is no record or it is of another store.
+
+    Raises LookupError when the store no longer has that run (its database was removed, or
+    the run deleted): resuming would log into nothing.
+    """
+    from mlflow.exceptions import MlflowException
+
     if not record.is_file():
         return None
     saved = json.loads(record.read_text())
     if saved.get("tracking_uri") != tracking_uri:
         return None
     run = TrackedRun(saved[id_key], tracking_uri)
+    try:
+        gone = _client(tracking_uri).get_run(run.run_id).info.lifecycle_stage == "deleted"
+    except MlflowException:
+        gone = True
+    if gone:
+        raise LookupError(
+            f"{record} remembers MLflow run {run.run_id}, which {tracking_uri} no longer has; "
+            f"remove {record.parent} (or pick another name) to start over"
+        )
     run.end("RUNNING")
     return run
 

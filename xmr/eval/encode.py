@@ -23,7 +23,7 @@ from xmr.data import DataIssue, dataset_splits, read_counterfactuals, read_datas
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
 from xmr.eval.config import EvalConfig
-from xmr.eval.encoders import EncodeImages, EncodeTexts
+from xmr.eval.encoders import EncodeQueries
 from xmr.eval.protocol import (
     ImageQuery,
     ODmAPSet,
@@ -34,7 +34,6 @@ from xmr.eval.protocol import (
 )
 from xmr.models import RetrievalModel, check_spec
 from xmr.pipeline import Resources, run_local
-from xmr.pipeline.stage import Batch
 from xmr.text import caption_mentions
 
 
@@ -101,18 +100,17 @@ def encode(
     t0 = time.perf_counter()
     image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
     mi_queries = [ImageQuery(r.path) for r in mi_records]
-    all_emb, all_errors = encoder.images(image_queries + mi_queries)
+    # The test captions come first in the ODmAP gallery, so they are encoded once.
+    gallery_texts = odmap.gallery if odmap else retrieval.captions
+    all_emb, all_errors, text_emb = encoder.encode(
+        image_queries + mi_queries, gallery_texts + bias_texts
+    )
     n_queries = len(image_queries)
     image_emb, image_errors = all_emb[:n_queries], all_errors[:n_queries]
     mi_ok = [not e for e in all_errors[n_queries:]]
     mi_emb = all_emb[n_queries:][np.array(mi_ok, dtype=bool)]
     mi_genders = [record_gender(r) for r, ok in zip(mi_records, mi_ok, strict=True) if ok]
-    timings["encode_images_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    # The test captions come first in the ODmAP gallery, so they are encoded once.
-    gallery_texts = odmap.gallery if odmap else retrieval.captions
-    text_emb = encoder.texts(gallery_texts + bias_texts)
-    timings["encode_texts_s"] = time.perf_counter() - t0
+    timings["encode_s"] = time.perf_counter() - t0
     for query, error in zip(image_queries, image_errors, strict=True):
         if error:
             issues.append(DataIssue(str(query.path), error))
@@ -150,34 +148,38 @@ class _Encoder:
             self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
             self.resources = Resources(cpus=1)
 
-    def _run(self, stage: type[EncodeImages | EncodeTexts], rows: list[dict]) -> Batch:
-        c = self.config
-        encoder = stage(c.model, self.device, self.resources, c.batch_size, c.seed, self.model)
-        if self.model is not None:
-            return run_local(rows, encoder)
-        from xmr.pipeline.ray_executor import run_stage
-
-        return run_stage(rows, encoder, actors=self.actors)
-
-    def images(self, queries: list[ImageQuery]) -> tuple[np.ndarray, list[str]]:
-        """Embeddings ``[N, D]`` and per-row errors ("" when fine)."""
-        rows = [
-            {"path": str(q.path), "inpaint": json.dumps(q.inpaint_boxes) if q.inpaint_boxes else ""}
-            for q in queries
+    def encode(
+        self, queries: list[ImageQuery], texts: list[str]
+    ) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """Image embeddings ``[len(queries), D]`` with per-image errors ("" when fine), and
+        text embeddings ``[len(texts), D]``, from one run of the encoding stage. Repeated
+        images and texts are encoded once."""
+        image_keys = [
+            (str(q.path), json.dumps(q.inpaint_boxes) if q.inpaint_boxes else "") for q in queries
         ]
-        keys = [(row["path"], row["inpaint"]) for row in rows]
-        position = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # encode each once
-        unique = [dict(zip(("path", "inpaint"), key, strict=True)) for key in position]
-        out = self._run(EncodeImages, unique)
-        index = [position[key] for key in keys]
-        return out["embedding"][index], [str(out["error"][i]) for i in index]
+        images = list(dict.fromkeys(image_keys))
+        unique_texts = list(dict.fromkeys(texts))  # captions repeat
+        rows = [{"path": path, "inpaint": boxes, "text": ""} for path, boxes in images]
+        rows += [{"path": "", "inpaint": "", "text": text} for text in unique_texts]
+        c = self.config
+        stage = EncodeQueries(
+            c.model, self.device, self.resources, c.batch_size, c.seed, self.model
+        )
+        if self.model is not None:
+            out = run_local(rows, stage)
+        else:
+            from xmr.pipeline.ray_executor import run_stage
 
-    def texts(self, texts: list[str]) -> np.ndarray:
-        """Embeddings ``[N, D]``."""
-        unique = list(dict.fromkeys(texts))  # captions repeat: encode each text once
-        position = {text: i for i, text in enumerate(unique)}
-        out = self._run(EncodeTexts, [{"text": t} for t in unique])
-        return out["embedding"][[position[t] for t in texts]]
+            out = run_stage(rows, stage, actors=self.actors)
+        image_index = {key: i for i, key in enumerate(images)}
+        index = [image_index[key] for key in image_keys]
+        text_index = {text: len(images) + i for i, text in enumerate(unique_texts)}
+        embedding = out["embedding"]
+        return (
+            embedding[index],
+            [str(out["error"][i]) for i in index],
+            embedding[[text_index[t] for t in texts]],
+        )
 
 
 def _odmap_set(

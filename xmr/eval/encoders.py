@@ -1,7 +1,7 @@
-"""Encoding stages: images and texts to L2-normalised embeddings, batch by batch.
+"""The encoding stage: images and texts to L2-normalised embeddings, batch by batch.
 
-Plain :class:`~xmr.pipeline.Stage` classes; ``xmr.pipeline.ray_executor`` runs them as Ray Data
-actor pools (one model per actor, CPU or GPU), ``xmr.pipeline.run_local`` in this process with a
+A plain :class:`~xmr.pipeline.Stage`; ``xmr.pipeline.ray_executor`` runs it as a Ray Data
+actor pool (one model per actor, CPU or GPU), ``xmr.pipeline.run_local`` in this process with a
 model already in memory (evaluation inside a training worker). A row that cannot be encoded
 (missing or corrupt image) gets a zero embedding and its reason in the ``error`` column.
 """
@@ -20,7 +20,17 @@ from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.pipeline.stage import Batch, Resources, Stage
 
 
-class _EncodeStage(Stage):
+class EncodeQueries(Stage):
+    """Images and texts to embeddings with one model, in one pass: a pool of actors builds its
+    model once for both.
+
+    A row is an image (``path`` str, ``inpaint`` a JSON list of boxes or "", ``text`` "") or a
+    text (``text`` str, ``path`` ""). Output: ``embedding`` [B, D] float32, ``error`` ("" when
+    fine; an image that cannot be read gets a zero embedding and the reason).
+    """
+
+    name = "encode"
+
     def __init__(
         self,
         spec: ModelSpec,
@@ -44,38 +54,27 @@ class _EncodeStage(Stage):
             torch.set_num_threads(max(1, int(self.resources.cpus)))
         self.model = create_model(self.spec, device=self.device, seed=self.seed)
 
-
-class EncodeImages(_EncodeStage):
-    """``path`` (str) [+ ``inpaint`` (JSON list of boxes)] -> ``embedding`` [B, D], ``error``."""
-
-    name = "encode_images"
-
     def process(self, batch: Batch) -> Batch:
-        paths = batch["path"]
-        inpaint = batch["inpaint"] if "inpaint" in batch else [""] * len(paths)
+        paths = [str(p) for p in batch["path"]]
+        embeddings = np.zeros((len(paths), self.model.embed_dim), dtype=np.float32)
+        errors = [""] * len(paths)
+        images = [i for i, path in enumerate(paths) if path]
+        texts = [i for i, path in enumerate(paths) if not path]
         tensors: list[torch.Tensor] = []
-        ok: list[int] = []
-        errors: list[str] = []
-        for i, (path, boxes) in enumerate(zip(paths, inpaint, strict=True)):
-            query = ImageQuery(Path(path), tuple(map(tuple, json.loads(boxes))) if boxes else ())
+        readable: list[int] = []
+        for i in images:
+            boxes = str(batch["inpaint"][i])
+            query = ImageQuery(
+                Path(paths[i]), tuple(map(tuple, json.loads(boxes))) if boxes else ()
+            )
             try:
                 tensors.append(self.model.preprocess(query.render()))
-                ok.append(i)
-                errors.append("")
+                readable.append(i)
             except (DataError, OSError, ValueError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-        embeddings = np.zeros((len(paths), self.model.embed_dim), dtype=np.float32)
-        if ok:
-            embeddings[ok] = self.model.encode_images(torch.stack(tensors)).cpu().numpy()
+                errors[i] = f"{type(exc).__name__}: {exc}"
+        if readable:
+            embeddings[readable] = self.model.encode_images(torch.stack(tensors)).cpu().numpy()
+        if texts:
+            encoded = self.model.encode_texts([str(batch["text"][i]) for i in texts])
+            embeddings[texts] = encoded.cpu().numpy()
         return {"row": batch["row"], "embedding": embeddings, "error": np.array(errors, object)}
-
-
-class EncodeTexts(_EncodeStage):
-    """``text`` (str) -> ``embedding`` [B, D]."""
-
-    name = "encode_texts"
-
-    def process(self, batch: Batch) -> Batch:
-        texts = [str(t) for t in batch["text"]]
-        embeddings = self.model.encode_texts(texts).cpu().numpy()
-        return {"row": batch["row"], "embedding": embeddings}

@@ -285,6 +285,9 @@ def _tune_config(space: SearchSpace, max_concurrent: int | None) -> tune.TuneCon
         scheduler=scheduler,
         num_samples=space.num_samples,
         max_concurrent_trials=max_concurrent,
+        # An eval trial only scores the split encoded once: a fresh process per trial would
+        # cost more (imports, the encoded split fetched again) than the scoring itself.
+        reuse_actors=space.command == "eval",
         trial_name_creator=lambda trial: f"trial_{trial.trial_id}",
         trial_dirname_creator=lambda trial: f"trial_{trial.trial_id}",
     )
