@@ -30,6 +30,8 @@ LAYERS = (
     "debias",
     "detection",
     "pipeline",
+    "llm",  # LLM backends (OpenAI-compatible HTTP, local transformers, vLLM)
+    "biaug",  # the BiAug method: prompts, strict answer parsing, proposal filters, oracle
     "models",
     "synth",
     "eval",
@@ -43,12 +45,14 @@ LAYERS = (
 
 RAY_WIRING = frozenset({
     "xmr.pipeline.ray_executor",  # Ray Data: stages onto actor pools and tasks
+    "xmr.llm.vllm",  # ray.data.llm's vLLM processor (Ray imported inside its builder only)
     "xmr.train.run",  # the Ray Train driver
     "xmr.train.loop",  # the Ray Train worker loop
     "xmr.tune.sweep",  # the Ray Tune driver
     "xmr.tune.trials",  # the Ray Tune trial functions
 })  # fmt: skip
 """The only modules whose import may load Ray."""
+
 
 def _modules() -> list[str]:
     names = []

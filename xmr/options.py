@@ -243,11 +243,24 @@ def _parameter(item: Field, annotation: Any, *, unset: bool) -> inspect.Paramete
         kind, default = kind | None, None
     info = typer.Option(*declarations, help=text, show_default=not unset)
     return inspect.Parameter(
-        item.name,
+        _parameter_name(item),
         inspect.Parameter.KEYWORD_ONLY,
         default=inspect.Parameter.empty if default is MISSING else default,
         annotation=Annotated[kind, info],
     )
+
+
+def _parameter_name(item: Field) -> str:
+    """The command's parameter of a field: its flag's name, so that two groups may each have
+    a field of the same name under different flags (``seed`` and ``--llm-seed``)."""
+    spec: OptionSpec = item.metadata[OPTION]
+    return (spec.flag or item.name).replace("-", "_")
+
+
+def parameter_names(cls: type) -> dict[str, str]:
+    """Field name -> the name its flag goes by in commands and config files (``--llm-model``:
+    ``llm_model`` for the field ``model``)."""
+    return {item.name: _parameter_name(item) for item in option_fields(cls)}
 
 
 def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[..., None]:
@@ -259,12 +272,12 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
     The command's help is ``run``'s docstring.
     """
     parameters: list[inspect.Parameter] = []
-    names: list[list[str]] = []
+    names: list[dict[str, str]] = []  # per group: field name -> parameter name
     for group in groups:
         cls = group.cls if isinstance(group, Overrides) else group
         hints = typing.get_type_hints(cls)
         own = option_fields(cls)
-        names.append([item.name for item in own])
+        names.append(parameter_names(cls))
         parameters += [
             _parameter(item, hints[item.name], unset=isinstance(group, Overrides)) for item in own
         ]
@@ -277,7 +290,7 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
         arguments = []
         with user_errors():
             for group, own in zip(groups, names, strict=True):
-                given = {name: values[name] for name in own}
+                given = {name: values[parameter] for name, parameter in own.items()}
                 arguments.append(given if isinstance(group, Overrides) else group(**given))
         run(*arguments)
 

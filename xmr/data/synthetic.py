@@ -42,6 +42,27 @@ ROW_SCHEMA = pa.schema(
         ("caption_method", pa.string()),
     ]
 )
+BIAUG_ROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),  # "<group_id>/<role>"
+        ("image", pa.binary()),  # PNG: the source image with the object inpainted
+        ("caption", pa.string()),  # the source caption extended with this row's phrase
+        ("source_image_id", pa.int64()),
+        ("source_caption_id", pa.int64()),
+        ("source_caption", pa.string()),
+        ("object", pa.string()),  # the verified object, as the LLM proposed it
+        ("category", pa.string()),  # color | shape | material | other
+        ("phrase", pa.string()),  # the attributive phrase this image was inpainted with
+        ("group_id", pa.string()),  # "<image_id>/<caption_id>/<object>/<category>": a pair
+        ("role", pa.string()),  # positive | negative (the hard negative of the positive)
+        ("box", pa.list_(pa.float64())),  # [x, y, w, h] pixels: the inpainted mask
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("fill", pa.string()),  # sd | render
+    ]
+)
+"""A BiAug D′ row (``xmr synth --mode biaug``): one image–caption pair of a hard-negative pair;
+the positive and the negative of a group share ``group_id``, the mask and the diffusion seed."""
 ERROR_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -53,6 +74,8 @@ ERROR_SCHEMA = pa.schema(
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
 ERRORS = "errors.parquet"
+ROW_SCHEMAS = {"removal": ROW_SCHEMA, "biaug": BIAUG_ROW_SCHEMA}
+"""The row schema of each D′ mode (the manifest's ``mode``; none: ``removal``)."""
 
 
 @dataclass(frozen=True)
@@ -99,13 +122,29 @@ def synthetic_shards(root: str | Path) -> list[Path]:
     return sorted((Path(root) / DATA_DIR).glob("part-*.parquet"))
 
 
+def synthetic_mode(root: str | Path) -> str:
+    """How the finished D′ build at ``root`` was made: ``removal`` or ``biaug``.
+
+    Raises:
+        DataError: no manifest, or a ``mode`` this reader does not know.
+    """
+    mode = read_manifest(root).get("mode", "removal")
+    if mode not in ROW_SCHEMAS:
+        raise DataError(
+            f"{Path(root) / MANIFEST}: unknown D′ mode {mode!r} (known: {', '.join(ROW_SCHEMAS)})"
+        )
+    return mode
+
+
 def synthetic_table(root: str | Path) -> pa.Table:
-    """All pairs of a finished D′ build as one Arrow table (ROW_SCHEMA)."""
+    """All pairs of a finished D′ build as one Arrow table (the schema of its mode:
+    :data:`ROW_SCHEMA` or :data:`BIAUG_ROW_SCHEMA`)."""
+    schema = ROW_SCHEMAS[synthetic_mode(root)]
     shards = synthetic_shards(root)
     if not shards:
-        return ROW_SCHEMA.empty_table()
+        return schema.empty_table()
     try:
-        return pa.concat_tables(pq.read_table(p, schema=ROW_SCHEMA) for p in shards)
+        return pa.concat_tables(pq.read_table(p, schema=schema) for p in shards)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"{root}: unreadable D′ shard ({exc})") from exc
 

@@ -151,6 +151,30 @@ def _strip_tokens(label: str, tokens: Sequence[str]) -> str:
     return label
 
 
+def box_detection(
+    label: str,
+    classes: Sequence[str],
+    box: Sequence[float],
+    score: float,
+    size: tuple[int, int],
+    special_tokens: Sequence[str] = (),
+) -> Detection | None:
+    """The :class:`Detection` of one predicted box, or ``None`` when it is not kept.
+
+    ``label`` is the phrase GroundingDINO matched (``special_tokens`` such as "[SEP]" removed,
+    then mapped by :func:`match_class` to one of ``classes``); ``box`` is ``(x0, y0, x1, y1)``
+    in pixels of an image of ``size = (height, width)``, clipped to it. ``None`` when the label
+    names no class or the clipped box has no area.
+    """
+    category = match_class(_strip_tokens(label, special_tokens), classes)
+    height, width = size
+    x0, x1 = (min(max(x, 0.0), width) for x in (box[0], box[2]))
+    y0, y1 = (min(max(y, 0.0), height) for y in (box[1], box[3]))
+    if category is None or x1 <= x0 or y1 <= y0:
+        return None
+    return Detection(category, (x0, y0, x1 - x0, y1 - y0), score)
+
+
 class GroundingDinoDetector:
     """Boxes of ``classes`` in images with a GroundingDINO checkpoint.
 
@@ -240,6 +264,21 @@ class GroundingDinoDetector:
                 per_image.extend(detections)
         return [sorted(per_image, key=lambda d: -d.score) for per_image in found]
 
+    def detect_each(
+        self, images: list[Image.Image], classes: Sequence[Sequence[str]]
+    ) -> list[list[Detection]]:
+        """Detections per image of that image's own ``classes`` (e.g. an LLM's proposals for
+        its caption) instead of the detector's: one forward pass per image, one prompt each,
+        highest score first. Raises ``ValueError`` for classes that cannot be prompted."""
+        self.load()
+        found = []
+        for image, names in zip(images, classes, strict=True):
+            _check_classes(names)
+            rgb = image if image.mode == "RGB" else image.convert("RGB")
+            (detections,) = self._detect_chunk([rgb], [(rgb.height, rgb.width)], tuple(names))
+            found.append(sorted(detections, key=lambda d: -d.score))
+        return found
+
     def _detect_chunk(
         self, images: list[Image.Image], sizes: list[tuple[int, int]], chunk: tuple[str, ...]
     ) -> list[list[Detection]]:
@@ -260,18 +299,15 @@ class GroundingDinoDetector:
         )
         special = processor.tokenizer.all_special_tokens
         batch: list[list[Detection]] = []
-        for (height, width), result in zip(sizes, results, strict=True):
-            detections = []
-            for box, score, label in zip(
-                result["boxes"].tolist(),
-                result["scores"].tolist(),
-                result["text_labels"],
-                strict=True,
-            ):
-                category = match_class(_strip_tokens(label, special), chunk)
-                x0, x1 = (min(max(x, 0.0), width) for x in (box[0], box[2]))
-                y0, y1 = (min(max(y, 0.0), height) for y in (box[1], box[3]))
-                if category is not None and x1 > x0 and y1 > y0:
-                    detections.append(Detection(category, (x0, y0, x1 - x0, y1 - y0), score))
-            batch.append(detections)
+        for size, result in zip(sizes, results, strict=True):
+            found = (
+                box_detection(label, chunk, box, score, size, special)
+                for box, score, label in zip(
+                    result["boxes"].tolist(),
+                    result["scores"].tolist(),
+                    result["text_labels"],
+                    strict=True,
+                )
+            )
+            batch.append([detection for detection in found if detection is not None])
         return batch

@@ -135,6 +135,7 @@ class StableDiffusionInpainter:
         masks: list[np.ndarray],
         seeds: list[int],
         negative_prompts: list[str],
+        prompts: list[str] | None = None,
     ) -> list[np.ndarray]:
         """Fill ``masks[i]`` in ``images[i]``, all images in one pipeline call.
 
@@ -148,6 +149,8 @@ class StableDiffusionInpainter:
                 when any input pixel it covers is, so thin masks survive downscaling.
             seeds: one seed per image.
             negative_prompts: one per image, e.g. the removed class names ``"dog, frisbee"``.
+            prompts: what to paint, one per image (BiAug: the attributive phrase); default the
+                empty prompt, which lets the surrounding image decide (object removal).
 
         Returns:
             ``[H_i, W_i, 3]`` uint8 RGB per image: the model's pixels under ``masks[i]``,
@@ -157,10 +160,11 @@ class StableDiffusionInpainter:
             ValueError: the lists differ in length, or an image/mask is malformed.
         """
         n = len(images)
-        if not len(masks) == len(seeds) == len(negative_prompts) == n:
+        prompts = [PROMPT] * n if prompts is None else list(prompts)
+        if not len(masks) == len(seeds) == len(negative_prompts) == len(prompts) == n:
             raise ValueError(
-                f"images, masks, seeds and negative_prompts differ in length: {n}, {len(masks)}, "
-                f"{len(seeds)}, {len(negative_prompts)}"
+                f"images, masks, seeds, negative_prompts and prompts differ in length: {n}, "
+                f"{len(masks)}, {len(seeds)}, {len(negative_prompts)}, {len(prompts)}"
             )
         for image, mask in zip(images, masks, strict=True):
             check_fill_inputs(image, mask)
@@ -176,7 +180,7 @@ class StableDiffusionInpainter:
 
         generators = [torch.Generator(self.device).manual_seed(int(seed)) for seed in seeds]
         generated = self.pipeline(
-            prompt=[PROMPT] * n,
+            prompt=prompts,
             negative_prompt=list(negative_prompts),
             image=model_images,
             mask_image=model_masks,

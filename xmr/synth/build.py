@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from xmr import __version__
 from xmr.data import DataError, DataIssue, read_dataset
 from xmr.data.coco import load_json
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
-from xmr.data.synthetic import MANIFEST
+from xmr.data.synthetic import MANIFEST, ROW_SCHEMA
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
 from xmr.progress import ProgressLines, stdout_is_terminal
@@ -148,7 +149,7 @@ def detection_classes(config: SynthConfig, root: Path) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Placement:
+class Placement:
     """How many actors each stage gets, and with what resources, on this cluster.
 
     GPU stages (SD fill, captioner, detector) split the GPUs evenly, at most ``gpus_per_actor``
@@ -177,22 +178,22 @@ class _Placement:
         return max(1, cpu_default)
 
 
-def _placement(executor: RayExecutor, gpu_stages: int, runtime: SynthRuntime) -> _Placement:
-    return _Placement(executor.cpus, executor.gpus, gpu_stages, runtime.gpus_per_actor)
+def placement(executor: RayExecutor, gpu_stages: int, runtime: SynthRuntime) -> Placement:
+    return Placement(executor.cpus, executor.gpus, gpu_stages, runtime.gpus_per_actor)
 
 
-def _device(resources: Resources) -> str:
+def stage_device(resources: Resources) -> str:
     return "cuda" if resources.gpus > 0 else "cpu"
 
 
-def _add_busy(busy: Counter, batch: Batch) -> None:
+def add_busy(busy: Counter, batch: Batch) -> None:
     """Add a batch's ``seconds_<stage>`` columns to the busy seconds per stage."""
     for name, seconds in batch.items():
         if name.startswith("seconds_"):
             busy[name.removeprefix("seconds_")] += float(np.sum(seconds))
 
 
-def _log_lines(total: int, desc: str, unit: str, runtime: SynthRuntime) -> ProgressLines | None:
+def log_lines(total: int, desc: str, unit: str, runtime: SynthRuntime) -> ProgressLines | None:
     """Progress as whole lines when standard output is a log (a job, CI, a pipe); None on a
     terminal, where Ray Data draws its own bars, or with ``--no-progress``."""
     if not runtime.progress or stdout_is_terminal():
@@ -214,7 +215,7 @@ def plan_pass(
     if not records:
         return [], [], {}
     detect = config.boxes == "groundingdino"
-    place = _placement(executor, int(detect), runtime)
+    place = placement(executor, int(detect), runtime)
     items = plan_inputs(records)
     blocks = math.ceil(len(items) / runtime.batch_size)
     stages: list[tuple[Stage, int]] = []
@@ -222,7 +223,9 @@ def plan_pass(
     if detect:
         resources = place.resources(True)
         detect_actors = place.actors(runtime.detect_actors, True, 1)
-        stage = DetectObjects(config, classes, resources, runtime.batch_size, _device(resources))
+        stage = DetectObjects(
+            config, classes, resources, runtime.batch_size, stage_device(resources)
+        )
         stages.append((stage, detect_actors))
     cpu_default = place.cpus - (detect_actors if detect and not place.gpus else 0)
     plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, blocks))
@@ -230,9 +233,9 @@ def plan_pass(
     plan_batch = max(runtime.batch_size, math.ceil(len(items) / (4 * plan_actors)))
     stages.append((PlanRows(config, Resources(1.0), plan_batch), plan_actors))
     rows, errors, busy = [], [], Counter()
-    lines = _log_lines(len(items), "plan", "images", runtime)
+    lines = log_lines(len(items), "plan", "images", runtime)
     for batch in executor.stream(items, stages, blocks=blocks):
-        _add_busy(busy, batch)
+        add_busy(busy, batch)
         if lines:  # rows are keyed "image_id/..."; an image without a plan has none
             lines.update(len({str(key).split("/", 1)[0] for key in batch["key"]}))
         for i in range(len(batch["key"])):
@@ -245,11 +248,19 @@ def plan_pass(
     return rows, errors, dict(busy)
 
 
-class _ShardAssembler:
+class ShardAssembler:
     """Collects finished rows per shard and commits a shard when its last row arrives."""
 
-    def __init__(self, out: Path, shards: Sequence[Sequence[str]], pending: set[int]) -> None:
+    def __init__(
+        self,
+        out: Path,
+        shards: Sequence[Sequence[str]],
+        pending: set[int],
+        schema: pa.Schema = ROW_SCHEMA,
+    ) -> None:
+        """``schema``: of the rows (the removal mode's, or BiAug's)."""
         self.out = out
+        self.schema = schema
         self.shard_of = {k: s for s in pending for k in shards[s]}
         self.order = {k: n for s in pending for n, k in enumerate(shards[s])}
         self.remaining = {s: len(shards[s]) for s in pending}
@@ -266,7 +277,7 @@ class _ShardAssembler:
         if self.remaining[shard] == 0:
             rows = sorted(self.rows.pop(shard, []), key=lambda r: self.order[r["key"]])
             errors = sorted(self.errors.pop(shard, []), key=lambda e: self.order[e["key"]])
-            commit_shard(self.out, shard, rows, errors)
+            commit_shard(self.out, shard, rows, errors, self.schema)
             del self.remaining[shard]
 
     def check_complete(self) -> None:
@@ -294,7 +305,7 @@ def synth_pass(
     if not todo:
         return {}
     fill_gpu, caption_gpu = config.fill == "sd", config.caption == "captioner"
-    place = _placement(executor, int(fill_gpu) + int(caption_gpu), runtime)
+    place = placement(executor, int(fill_gpu) + int(caption_gpu), runtime)
     fill_res, caption_res = place.resources(fill_gpu), place.resources(caption_gpu)
     blocks = math.ceil(len(todo) / runtime.batch_size)
     if not (fill_gpu or caption_gpu):
@@ -306,17 +317,19 @@ def synth_pass(
         cpu_left = place.cpus - (0 if caption_res.gpus else caption_actors)
         fill_actors = place.actors(runtime.fill_actors, fill_gpu, cpu_left)
     fill_batch = runtime.batch_size if not fill_res.gpus else min(runtime.batch_size, 8)
-    fill = FillImages(config, fill_res, fill_batch, device=_device(fill_res))
-    caption = WriteCaptions(config, caption_res, runtime.batch_size, device=_device(caption_res))
+    fill = FillImages(config, fill_res, fill_batch, device=stage_device(fill_res))
+    caption = WriteCaptions(
+        config, caption_res, runtime.batch_size, device=stage_device(caption_res)
+    )
     stages: list[tuple[Stage, int]] = [(fill, fill_actors), (caption, caption_actors)]
     blank = {name: "" for name in ERROR_COLUMNS}
     inputs = [{**r.to_dict(), **blank} for r in todo]
-    assembler = _ShardAssembler(runtime.out, shards, pending)
+    assembler = ShardAssembler(runtime.out, shards, pending)
     busy: Counter = Counter()
-    lines = _log_lines(len(todo), "synthesize", "rows", runtime)
+    lines = log_lines(len(todo), "synthesize", "rows", runtime)
     for batch in executor.stream(inputs, stages, blocks=blocks):
         start = time.perf_counter()
-        _add_busy(busy, batch)
+        add_busy(busy, batch)
         if lines:
             lines.update(len(batch["key"]))
         for i in range(len(batch["key"])):
@@ -369,7 +382,7 @@ def _shards_of(
     return shards, finished_shards(out, shards)
 
 
-def _start_executor(runtime: SynthRuntime) -> RayExecutor:
+def start_executor(runtime: SynthRuntime) -> RayExecutor:
     """Attach to the cluster or start local Ray (imported here: planning a refusal needs none)."""
     from xmr.pipeline.ray_executor import RayExecutor
 
@@ -393,7 +406,7 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
         shards, done = _shards_of(out, rows, config.rows_per_shard)
     detect = saved is None and config.boxes == "groundingdino"
     classes = detection_classes(config, root) if detect else []
-    executor = _start_executor(runtime)
+    executor = start_executor(runtime)
 
     busy: dict[str, float] = {}
     timings["plan"] = 0.0

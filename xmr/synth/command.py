@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from xmr.llm import LLMSpec
 from xmr.options import Overrides, command, option, resolve_paths, user_errors
 from xmr.synth.config import SynthConfig, SynthRuntime
 
@@ -28,23 +29,36 @@ class SynthFile:
         resolve_paths(self)
 
 
-def run_synth(file: SynthFile, config_flags: dict[str, Any], runtime_flags: dict[str, Any]) -> None:
-    """Build D′: remove co-occurring objects from images and their captions, on Ray Data.
+def run_synth(
+    file: SynthFile,
+    config_flags: dict[str, Any],
+    runtime_flags: dict[str, Any],
+    llm_flags: dict[str, Any],
+) -> None:
+    """Build D′ on Ray Data: remove co-occurring objects from images and their captions
+    (--mode removal), or BiAug's attribute edits and hard negatives (--mode biaug).
 
     Rerunning with the same options and --out resumes an interrupted build.
     """
-    from xmr.synth.build import synthesize
-    from xmr.synth.config import load_configs
+    from xmr.synth.config import load_configs, load_llm_spec
     from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
     from xmr.tracking import experiment_name
 
     with user_errors():
         synth_config, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
-        result = synthesize(synth_config, runtime)
+        llm = load_llm_spec(file.config, llm_flags)
+        if synth_config.mode == "biaug":
+            from xmr.synth.biaug_build import synthesize_biaug
+
+            result = synthesize_biaug(synth_config, runtime, llm)
+        else:
+            from xmr.synth.build import synthesize
+
+            result = synthesize(synth_config, runtime)
     save_sample_grid(result.out, result.out / SAMPLES, seed=synth_config.seed)
     print_summary(result)
     if runtime.log_mlflow:
-        run_id = log_to_mlflow(result, synth_config, runtime)
+        run_id = log_to_mlflow(result, synth_config, runtime, llm)
         experiment = experiment_name("synth", synth_config.dataset)
         typer.echo(f"MLflow run {run_id} in experiment {experiment}")
     if result.error_rate > runtime.max_error_rate:
@@ -59,5 +73,7 @@ def run_synth(file: SynthFile, config_flags: dict[str, Any], runtime_flags: dict
         raise typer.Exit(code=1)
 
 
-synth_command = command(run_synth, SynthFile, Overrides(SynthConfig), Overrides(SynthRuntime))
+synth_command = command(
+    run_synth, SynthFile, Overrides(SynthConfig), Overrides(SynthRuntime), Overrides(LLMSpec)
+)
 """``xmr synth``: register with ``app.command("synth")(synth_command)``."""

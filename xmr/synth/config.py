@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from xmr import __version__
+from xmr.biaug import ProposalFilter
 from xmr.data.registry import DATASETS
-from xmr.detection import DEFAULT_DETECTOR
+from xmr.detection import DEFAULT_DETECTOR, DETECTOR_BACKENDS, check_detector
+from xmr.llm import LLMSpec
 from xmr.options import (
     address_option,
     check_options,
     load_yaml,
     option,
+    parameter_names,
     resolve_paths,
     run_name_option,
     tracking_uri_option,
@@ -32,7 +35,19 @@ from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 
+MODES = ("removal", "biaug")
 BOX_SOURCES = ("gt", "groundingdino")
+BIAUG_FILLS = ("sd", "render")
+"""``--mode biaug`` fills: Stable Diffusion inpainting with the attributive phrase, or (ToyWorld
+only) the world's own renderer re-drawing the object in the named colour."""
+BIAUG_ATTRIBUTES = ("color", "shape", "material", "other")
+REMOVAL_ONLY = ("alpha1", "alpha2", "alpha3", "caption", "captioner_model", "boxes")
+"""Fields that ``--mode biaug`` ignores (left out of its config hash)."""
+BIAUG_ONLY = (
+    "mode", "max_objects", "attributes", "min_box_share", "max_box_share", "max_overlap",
+    "filter_confidence", "min_confidence", "llm_max_tokens",
+)  # fmt: skip
+"""Fields that the removal mode ignores (left out of its config hash, which they predate)."""
 DEFAULT_OUT = Path("xmr-synth")
 """Where builds go by default (``<dataset>-<split>`` inside, in the working directory)."""
 
@@ -41,10 +56,14 @@ DEFAULT_OUT = Path("xmr-synth")
 class SynthConfig:
     """Everything that decides which rows D′ has and what is in them.
 
-    ``captions_per_image`` is how many captions of an image each removal plan is paired with
-    (the paper uses 1; ``None`` means all of them).
+    ``mode``: ``removal`` (odmap paper: remove co-occurring objects and rewrite the caption) or
+    ``biaug`` (BiAug paper: an LLM proposes objects, the detector verifies them, the LLM writes
+    attribute phrases and hard negatives, inpainting edits the object). ``captions_per_image``
+    is how many captions of an image each removal plan (or BiAug source example) uses (the
+    papers use 1; ``None`` means all of them).
     """
 
+    mode: str = option("removal", " | ".join(MODES))
     dataset: str = option("toyworld", " | ".join(DATASETS))
     data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
     split: str = option("train", "Split to synthesize from.")
@@ -58,7 +77,11 @@ class SynthConfig:
         1, "Captions paired with each removal: N or 'all'.", ge=1, cli_type=str
     )
     seed: int = option(0, "Seed of every random choice.", ge=0)
-    fill: str = option("telea", " | ".join(FILL_METHODS))
+    fill: str | None = option(
+        None,
+        f"removal: {' | '.join(FILL_METHODS)} (default telea); "
+        f"biaug: {' | '.join(BIAUG_FILLS)} (default sd).",
+    )
     sd_model: str = option(DEFAULT_SD_MODEL, "Stable Diffusion inpainting repo id or local folder.")
     sd_steps: int = option(25, "Diffusion steps.", ge=1)
     sd_guidance: float = option(7.5, "Guidance scale.")
@@ -70,26 +93,99 @@ class SynthConfig:
     box_threshold: float = option(0.35, "Detection score threshold.", gt=0, lt=1)
     text_threshold: float = option(0.25, "Phrase score threshold.", gt=0, lt=1)
     rows_per_shard: int = option(256, "Rows per Parquet shard.", ge=1)
+    detector: str = option("hf", f"Detector implementation: {' | '.join(DETECTOR_BACKENDS)}.")
+    max_objects: int = option(5, "biaug: objects the LLM proposes per caption.", ge=1, le=20)
+    attributes: str | None = option(
+        None,
+        f"biaug: attribute categories, comma-separated (default {','.join(BIAUG_ATTRIBUTES)}; "
+        "color with --fill render).",
+    )
+    min_box_share: float = option(
+        0.05, "biaug: drop boxes smaller than this share of the image.", gt=0, lt=1
+    )
+    max_box_share: float = option(
+        0.8, "biaug: drop boxes larger than this share of the image.", gt=0, le=1
+    )
+    max_overlap: float = option(
+        0.7, "biaug: drop an object whose box covers more of a kept one's box.", gt=0, le=1
+    )
+    filter_confidence: bool = option(
+        False, "biaug: keep only detections scoring above --min-confidence (the paper's filter)."
+    )
+    min_confidence: float = option(
+        0.9, "biaug: the score --filter-confidence asks for.", gt=0, lt=1
+    )
+    llm_max_tokens: int = option(1024, "biaug: the longest LLM answer, in tokens.", ge=16)
 
     def __post_init__(self) -> None:
+        if self.fill is None:
+            object.__setattr__(self, "fill", "sd" if self.mode == "biaug" else "telea")
+        fills = BIAUG_FILLS if self.mode == "biaug" else FILL_METHODS
         choices = {
+            "mode": (self.mode, MODES),
             "dataset": (self.dataset, tuple(DATASETS)),
-            "fill": (self.fill, FILL_METHODS),
+            "fill": (self.fill, fills),
             "caption": (self.caption, CAPTION_METHODS),
             "boxes": (self.boxes, BOX_SOURCES),
+            "detector": (self.detector, DETECTOR_BACKENDS),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:
-                raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}")
+                mode = f" with --mode {self.mode}" if name == "fill" else ""
+                raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}{mode}")
         check_options(self)
-        for name in ("sd_model", "captioner_model", "detector_model"):
+        for name in ("sd_model", "captioner_model"):
             try:
                 local_model_dir(getattr(self, name))
             except FileNotFoundError as exc:
                 raise FileNotFoundError(f"--{name.replace('_', '-')}: {exc}") from exc
+        try:
+            check_detector(self.detector, self.detector_model)
+        except (FileNotFoundError, ValueError, ModuleNotFoundError) as exc:
+            raise type(exc)(f"--detector-model: {exc}") from exc
         resolve_paths(self)
         if self.sd_resolution % 8:
             raise ValueError(f"--sd-resolution must be a multiple of 8, got {self.sd_resolution}")
+        if self.mode == "biaug":
+            self._check_biaug()
+
+    def _check_biaug(self) -> None:
+        categories = self.attribute_categories()
+        unknown = sorted(set(categories) - set(BIAUG_ATTRIBUTES))
+        if unknown or not categories or len(set(categories)) != len(categories):
+            raise ValueError(
+                f"--attributes {self.attributes!r}: give distinct categories of "
+                f"{', '.join(BIAUG_ATTRIBUTES)}"
+            )
+        if self.fill == "render":
+            if self.dataset != "toyworld":
+                raise ValueError(
+                    "--fill render re-draws ToyWorld objects: it needs --dataset toyworld"
+                )
+            if categories != ("color",):
+                raise ValueError("--fill render draws colours only: use --attributes color")
+        if self.min_box_share >= self.max_box_share:
+            raise ValueError(
+                f"--min-box-share {self.min_box_share} must be below --max-box-share "
+                f"{self.max_box_share}"
+            )
+        self.proposal_filter()
+
+    def proposal_filter(self) -> ProposalFilter:
+        """The §4.1 filters these options set (``--filter-confidence``: the paper's optional
+        confidence filter)."""
+        return ProposalFilter(
+            min_area_share=self.min_box_share,
+            max_area_share=self.max_box_share,
+            max_overlap=self.max_overlap,
+            min_confidence=self.min_confidence if self.filter_confidence else None,
+        )
+
+    def attribute_categories(self) -> tuple[str, ...]:
+        """``--attributes`` as a tuple; by default all four, or color with ``--fill render``."""
+        if self.attributes is None:
+            return ("color",) if self.fill == "render" else BIAUG_ATTRIBUTES
+        return tuple(part.strip() for part in self.attributes.split(",") if part.strip())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (paths as strings)."""
@@ -102,6 +198,10 @@ class SynthConfig:
         location (the data's content is hashed separately), and the package version."""
         data = self.to_dict()
         data.pop("data")
+        for name in REMOVAL_ONLY if self.mode == "biaug" else BIAUG_ONLY:
+            data.pop(name)
+        if self.mode == "removal" and self.detector == "hf":
+            data.pop("detector")  # the removal mode's hashes predate --detector
         data["xmr_version"] = __version__
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -117,6 +217,7 @@ class SynthRuntime:
     detect_actors: int | None = option(None, "Detection actors.", ge=1)
     fill_actors: int | None = option(None, "Fill actors.", ge=1)
     caption_actors: int | None = option(None, "Caption actors.", ge=1)
+    llm_actors: int | None = option(None, "biaug: actors of each LLM stage.", ge=1)
     gpus_per_actor: float = option(
         1.0, "GPUs per actor of a GPU stage (sd, captioner).", gt=0, le=8
     )
@@ -171,7 +272,8 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
     values.update({k: v for k, v in overrides.items() if v is not None})
     config_names = {f.name for f in fields(SynthConfig)}
     runtime_names = {f.name for f in fields(SynthRuntime)}
-    unknown = set(values) - config_names - runtime_names
+    llm_names = set(parameter_names(LLMSpec).values())  # read by load_llm_spec
+    unknown = set(values) - config_names - runtime_names - llm_names
     if unknown:
         where = f"{path}: " if path else ""
         raise ValueError(f"{where}unknown option(s) {', '.join(sorted(unknown))}")
@@ -181,3 +283,18 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
     if runtime.out is None:
         runtime = replace(runtime, out=DEFAULT_OUT / f"{config.dataset}-{config.split}")
     return config, runtime
+
+
+def load_llm_spec(path: Path | None, overrides: dict[str, Any]) -> LLMSpec:
+    """The LLM of a ``--mode biaug`` build: the ``llm*`` keys of the YAML file at ``path``
+    (named as the flags are: ``llm_model``), then ``overrides`` (field names; None = not
+    given). Raises ValueError naming the flag for a bad value."""
+    names = parameter_names(LLMSpec)
+    values: dict[str, Any] = {}
+    if path is not None and Path(path).is_file():
+        loaded = load_yaml(Path(path).read_text(), str(path)) or {}
+        if isinstance(loaded, dict):
+            given = {str(k).replace("-", "_"): v for k, v in loaded.items()}
+            values = {name: given[flag] for name, flag in names.items() if flag in given}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return LLMSpec(**values)

@@ -41,7 +41,12 @@ PLAN_SCHEMA = pa.schema(
         ("rewritten", pa.string()),
     ]
 )
-_OURS = {DATA_DIR, SHARD_ERRORS_DIR, PLAN, PLAN_ERRORS, ERRORS, MANIFEST, "samples.png"}
+REASONS = "reasons.parquet"
+LLM_CACHE = "llm_cache"
+_OURS = {
+    DATA_DIR, SHARD_ERRORS_DIR, PLAN, PLAN_ERRORS, ERRORS, MANIFEST, REASONS, LLM_CACHE,
+    "samples.png",
+}  # fmt: skip
 
 
 def _temporary(path: Path) -> Path:
@@ -193,10 +198,12 @@ def finished_shards(out: Path, shards: Sequence[Sequence[str]]) -> set[int]:
     return done
 
 
-def commit_shard(out: Path, index: int, rows: list[dict], errors: list[dict]) -> None:
-    """Write one shard: its errors, then its pairs (ROW_SCHEMA dicts, in plan order)."""
+def commit_shard(
+    out: Path, index: int, rows: list[dict], errors: list[dict], schema: pa.Schema = ROW_SCHEMA
+) -> None:
+    """Write one shard: its errors, then its pairs (``schema`` dicts, in plan order)."""
     write_table_atomic(error_table(errors), shard_errors_path(out, index))
-    write_table_atomic(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), shard_path(out, index))
+    write_table_atomic(pa.Table.from_pylist(rows, schema=schema), shard_path(out, index))
 
 
 def merge_errors(out: Path, shard_count: int) -> pa.Table:

@@ -8,12 +8,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from rich.console import Console
 from rich.table import Table
 
 from xmr.data.errors import DataError
 from xmr.data.images import decode_image, load_image
-from xmr.data.synthetic import MANIFEST, synthetic_shards
+from xmr.data.synthetic import MANIFEST, synthetic_mode, synthetic_shards
+from xmr.llm import LLMSpec
 from xmr.removal.planning import box_mask
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
@@ -44,6 +46,10 @@ def print_summary(result: SynthResult, console: Console | None = None) -> None:
         table.add_row(f"busy {name} (all actors)", f"{seconds:.1f} s")
     if m["rows_per_second"]:
         table.add_row("rows / s", f"{m['rows_per_second']:.1f}")
+    for name, value in m.get("statistics", {}).items():  # BiAug: the paper's table 1
+        table.add_row(name.replace("_", " "), str(value))
+    if m.get("mode") == "biaug":
+        table.add_row("dropped proposals, rejected rows", f"{counts['reasons']} (reasons.parquet)")
     (console or Console()).print(table)
 
 
@@ -67,8 +73,60 @@ def _sample_rows(out: Path, count: int, seed: int) -> list[dict]:
     return rows
 
 
+def _biaug_sample_groups(out: Path, count: int, seed: int) -> list[tuple[dict, dict, str]]:
+    """``count`` written hard-negative pairs chosen with ``seed``: (positive, negative, source
+    image path) each."""
+    pairs: dict[str, dict[str, dict]] = {}
+    for shard in synthetic_shards(out):
+        for row in pq.read_table(shard).to_pylist():
+            pairs.setdefault(row["group_id"], {})[row["role"]] = row
+    complete = sorted(g for g, roles in pairs.items() if len(roles) == 2)
+    if not complete:
+        return []
+    rng = np.random.default_rng(seed)
+    chosen = sorted(rng.choice(len(complete), size=min(count, len(complete)), replace=False))
+    plan = pq.read_table(out / PLAN, columns=["key", "path"]).to_pydict()
+    paths = dict(zip(plan["key"], plan["path"], strict=True))
+    return [
+        (pairs[complete[i]]["positive"], pairs[complete[i]]["negative"], paths[complete[i]])
+        for i in chosen
+    ]
+
+
+def _save_biaug_grid(out: Path, path: Path, count: int, seed: int) -> Path | None:
+    """source (box outlined) | positive | hard negative, with their captions."""
+    groups = _biaug_sample_groups(out, count, seed)
+    if not groups:
+        return None
+    fig = Figure(figsize=(10, 3.2 * len(groups)))
+    axes = fig.subplots(len(groups), 3, squeeze=False)
+    for (ax_src, ax_pos, ax_neg), (positive, negative, source) in zip(axes, groups, strict=True):
+        for ax in (ax_src, ax_pos, ax_neg):
+            ax.axis("off")
+        try:
+            ax_src.imshow(load_image(source))
+        except DataError as exc:
+            ax_src.text(0.5, 0.5, f"unreadable:\n{exc}", ha="center", va="center", fontsize=7)
+        x, y, w, h = positive["box"]
+        ax_src.add_patch(Rectangle((x, y), w, h, fill=False, edgecolor="red", linewidth=1.5))
+        ax_src.set_title(textwrap.shorten(positive["source_caption"], 60), fontsize=8)
+        ax_pos.imshow(decode_image(positive["image"]))
+        ax_pos.set_title(textwrap.shorten(f"+ {positive['caption']}", 60), fontsize=8,
+                         color="green")  # fmt: skip
+        ax_neg.imshow(decode_image(negative["image"]))
+        ax_neg.set_title(textwrap.shorten(f"− {negative['caption']}", 60), fontsize=8,
+                         color="red")  # fmt: skip
+    fig.suptitle("BiAug D′ samples: source (edited box) | positive | hard negative")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (3.2 * len(groups))))
+    fig.savefig(path, dpi=90)
+    return path
+
+
 def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) -> Path | None:
-    """original | mask | filled, with the caption before and after, for ``count`` rows."""
+    """original | mask | filled, with the caption before and after, for ``count`` rows
+    (BiAug builds: source | positive | hard negative, for ``count`` pairs)."""
+    if synthetic_mode(out) == "biaug":
+        return _save_biaug_grid(out, path, count, seed)
     rows = _sample_rows(out, count, seed)
     if not rows:
         return None
@@ -92,18 +150,24 @@ def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) ->
     return path
 
 
-def log_to_mlflow(result: SynthResult, config: SynthConfig, runtime: SynthRuntime) -> str:
+def log_to_mlflow(
+    result: SynthResult, config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec | None = None
+) -> str:
     """One run in experiment ``xmr/synth/<dataset>``: params, counts, throughput, manifest and
-    the sample grid. Returns the run id."""
+    the sample grid (BiAug: also the LLM and the paper's table-1 statistics). Returns the run
+    id. No API key is logged: the LLM is named by backend and model only."""
     m = result.manifest
     with start_run(
         experiment_name("synth", config.dataset),
         run_name=runtime.run_name,
         tracking_uri=runtime.tracking_uri,
-        tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"]},
-    ) as run:
+        tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"],
+              "xmr.synth_mode": config.mode},
+    ) as run:  # fmt: skip
         params = {f"synth.{k}": v for k, v in config.to_dict().items()}
         params["synth.out"] = str(result.out)
+        if config.mode == "biaug" and llm is not None:
+            params.update({"synth.llm": llm.backend, "synth.llm_model": llm.model})
         run.log_params({k: "none" if v is None else v for k, v in params.items()})
         metrics = {"planned": m["planned"], "written": m["written"], "errors": m["errors"]}
         metrics.update({f"errors/{k}": v for k, v in m["counts"]["errors_by_stage"].items()})
@@ -111,6 +175,9 @@ def log_to_mlflow(result: SynthResult, config: SynthConfig, runtime: SynthRuntim
         metrics.update({f"busy/{k}": v for k, v in m["busy_s"].items()})
         if m["rows_per_second"]:
             metrics["rows_per_second"] = m["rows_per_second"]
+        metrics.update(
+            {f"biaug/{k}": v for k, v in m.get("statistics", {}).items() if not isinstance(v, bool)}
+        )
         run.log_metrics({k: float(v) for k, v in metrics.items()})
         run.log_artifact(result.out / MANIFEST)
         if (result.out / SAMPLES).is_file():

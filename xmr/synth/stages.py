@@ -124,9 +124,10 @@ class DetectObjects(Stage):
         self.detector = None
 
     def setup(self) -> None:
-        from xmr.detection import GroundingDinoDetector
+        from xmr.detection import create_detector
 
-        self.detector = GroundingDinoDetector(
+        self.detector = create_detector(
+            self.config.detector,
             self.classes,
             self.config.detector_model,
             device=self.device,

@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from xmr.data.toyworld.captions import make_captions
 from xmr.data.toyworld.classes import CLASSES
 from xmr.data.toyworld.config import WorldConfig, load_config
@@ -49,18 +51,34 @@ def scene_objects(scene: Scene) -> list[tuple[str, list[int]]]:
     return [(o.category, list(o.bbox(scene.size))) for o in scene.objects]
 
 
+def locate_image(config: WorldConfig, image_id: int) -> tuple[str, int]:
+    """The split of image ``image_id`` and its index in that split (ids run from 1 across the
+    splits in config order). Raises ``ValueError`` for an id outside the world."""
+    first = 1
+    for split, count in config.splits.items():
+        if first <= image_id < first + count:
+            return split, image_id - first
+        first += count
+    raise ValueError(f"image id {image_id} is not in this world (ids 1 to {first - 1})")
+
+
+def image_scene(config: WorldConfig, split: str, index: int) -> tuple[Scene, np.random.Generator]:
+    """The scene of image ``index`` of ``split``, and its RNG after the scene was drawn (the
+    captions draw from it next): the same scene every time, for re-renders of a world image."""
+    rng = scene_rng(config.seed, split, index)
+    return sample_scene(config, rng, biased=split in config.biased_splits), rng
+
+
 def _run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
     """Render and write one chunk; return each image's annotations (JSON-ready, ids not set)."""
     cfg = chunk.config
     out = Path(chunk.out_dir)
-    biased = chunk.split in cfg.biased_splits
     neutral = chunk.split in cfg.captions.neutral_splits
     cf = cfg.counterfactuals
     results = []
     for i in range(chunk.start, chunk.stop):
         image_id = chunk.first_id + i - chunk.start
-        rng = scene_rng(cfg.seed, chunk.split, i)
-        scene = sample_scene(cfg, rng, biased=biased)
+        scene, rng = image_scene(cfg, chunk.split, i)
         captions = make_captions(
             scene,
             rng,

@@ -1,0 +1,164 @@
+"""``xmr synth --mode biaug`` end to end: a scripted chat-completions server on 127.0.0.1 as the
+LLM, tiny random GroundingDINO and Stable Diffusion models, real COCO images, local Ray.
+
+The server answers object proposals with a JSON list and attribute requests with a CSV table
+(one row of it invalid, to be recorded); captions carrying a ``[[script:NAME]]`` marker get a
+misbehaving answer instead (malformed JSON, a Python expression, 8 MiB, 429 then success, 500
+forever, too slow, 401), and each must end as its row's error with the right status while the
+job completes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from chat_server import ChatServer
+from typer.testing import CliRunner
+
+from xmr.cli import app
+from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_manifest, synthetic_table
+
+pytestmark = pytest.mark.slow
+
+MARKED = {  # script -> how the source example must end (error stage, error type)
+    "malformed_json": ("propose", "AnswerError"),
+    "python_expression": ("propose", "AnswerError"),
+    "huge": ("propose", "llm_too_large"),
+    "server_error": ("propose", "llm_server_error"),
+    "slow": ("propose", "llm_timeout"),
+    "unauthorized": ("propose", "llm_http_error"),
+}
+RECOVERS = "rate_limit_once"  # 429 with Retry-After, then an answer: the example goes on
+OBJECTS = ["person", "dog", "car"]
+
+
+def _answer(text: str) -> str:
+    """The scripted LLM: proposals -> a JSON list; attribute requests -> a CSV table."""
+    if not text.rstrip().endswith("Answer:"):
+        return json.dumps(OBJECTS)
+    caption = re.findall(r'Caption: "(.*)"', text)[-1]
+    objects = json.loads(re.findall(r"Objects: (\[.*\])", text)[-1])
+    rows = ["object,category,phrase,caption,negative_phrase,negative_caption"]
+    for name in objects:
+        rows.append(f'{name},color,a red {name},"{caption}, with a red {name}",'
+                    f'a blue {name},"{caption}, with a blue {name}"')  # fmt: skip
+    rows.append(f"{objects[0]},color,only four,fields")  # invalid: recorded, never repaired
+    return "\n".join(rows) + "\n"
+
+
+@pytest.fixture(scope="module")
+def marked_coco(coco_mini: Path, tmp_path_factory) -> Path:
+    """coco-mini's first 10 images; the captions of seven of them carry a script marker."""
+    root = tmp_path_factory.mktemp("coco") / "coco"
+    (root / "annotations").mkdir(parents=True)
+    (root / "train2017").symlink_to((coco_mini / "train2017").resolve())
+    shutil.copy(coco_mini / "annotations/instances_train2017.json", root / "annotations")
+    captions = json.loads((coco_mini / "annotations/captions_train2017.json").read_text())
+    first = sorted({image["id"] for image in captions["images"]})[:10]
+    script_of = dict(zip(first, [*MARKED, RECOVERS], strict=False))
+    for caption in captions["annotations"]:
+        if caption["image_id"] in script_of:
+            caption["caption"] += f" [[script:{script_of[caption['image_id']]}]]"
+    (root / "annotations/captions_train2017.json").write_text(json.dumps(captions))
+    return root
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[Path, Path]:
+    from tiny_grounding_dino import build_tiny_grounding_dino
+    from tiny_sd import build_tiny_sd_inpainting
+
+    root = tmp_path_factory.mktemp("models")
+    return build_tiny_grounding_dino(root / "gdino"), build_tiny_sd_inpainting(root / "sd")
+
+
+def _synth(server: ChatServer, data: Path, out: Path, models: tuple[Path, Path], uri: str):
+    detector, sd = models
+    args = [
+        "synth", "--mode", "biaug", "--dataset", "coco", "--data", str(data), "--limit", "10",
+        "--out", str(out), "--llm", "openai", "--llm-url", server.url, "--llm-model", "scripted",
+        "--llm-timeout", "2", "--llm-retries", "1", "--llm-backoff", "0.05",
+        "--llm-max-response-bytes", "65536", "--detector", "hf",
+        "--detector-model", str(detector), "--box-threshold", "0.01", "--text-threshold", "0.01",
+        "--min-box-share", "0.001", "--max-box-share", "1.0", "--max-overlap", "1.0",
+        "--fill", "sd", "--sd-model", str(sd), "--sd-steps", "2", "--sd-resolution", "64",
+        "--max-error-rate", "1", "--no-progress", "--tracking-uri", uri,
+    ]  # fmt: skip
+    return CliRunner().invoke(app, args)
+
+
+def test_biaug_builds_pairs_and_records_every_failure(
+    local_ray, marked_coco, models, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with ChatServer(slow_s=4.0, retry_after="0.2", default=_answer) as server:
+        result = _synth(server, marked_coco, tmp_path / "out", models, uri)
+        assert result.exit_code == 0, result.output
+        log = server.log
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+    manifest = read_manifest(tmp_path / "out")
+    assert manifest["mode"] == "biaug"
+    assert manifest["planned"] == manifest["written"] + manifest["errors"]
+    stats = manifest["statistics"]
+    assert stats["source_examples"] == 10
+    assert stats["augmented_examples"] == manifest["written"] > 0
+    assert stats["hard_negative_pairs"] * 2 == manifest["written"]
+
+    table = synthetic_table(tmp_path / "out")
+    assert table.schema.equals(BIAUG_ROW_SCHEMA)
+    rows = table.to_pylist()
+    by_group: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_group.setdefault(row["group_id"], {})[row["role"]] = row
+    for group_id, pair in by_group.items():
+        assert set(pair) == {"positive", "negative"}, group_id
+        positive, negative = pair["positive"], pair["negative"]
+        assert positive["box"] == negative["box"] and positive["category"] == "color"
+        assert positive["phrase"].startswith("a red") and negative["phrase"].startswith("a blue")
+        assert positive["image"] != negative["image"]  # same seed and mask, another prompt
+
+    errors = pq.read_table(tmp_path / "out" / "errors.parquet").to_pylist()
+    ended = {(e["stage"], e["error_type"]) for e in errors}
+    for script, outcome in MARKED.items():
+        assert outcome in ended, (script, ended)
+    assert all("scripted" not in e["message"] or "Authorization" not in e["message"]
+               for e in errors)  # fmt: skip
+    # 429 then success: retried once after Retry-After, and the example went on.
+    limited = [entry for entry in log if entry.script == RECOVERS]
+    assert [entry.status for entry in limited][:2] == [429, 200]
+    assert limited[1].started - limited[0].finished >= 0.2
+    assert not any(RECOVERS in e["message"] for e in errors)
+    reasons = pq.read_table(tmp_path / "out" / "reasons.parquet").to_pylist()
+    assert any(r["stage"] == "decouple" and r["rule"] == "invalid_row" for r in reasons)
+    assert (
+        any(r["stage"] == "verify" for r in reasons)
+        or stats["kept_objects"] == stats["extracted_objects"]
+    )
+    proposals = [
+        entry for entry in log if entry.script == "default" and "Answer:" not in entry.user_text
+    ]
+    assert len({entry.body_sha256 for entry in proposals}) == len(proposals)  # asked once each
+
+    # The same command again: nothing is asked twice, nothing changes.
+    with ChatServer(default=_answer) as again_server:
+        again = _synth(again_server, marked_coco, tmp_path / "out", models, uri)
+        assert again.exit_code == 0, again.output
+        assert again_server.log == []
+    assert synthetic_table(tmp_path / "out").equals(table)
+
+    # Stopped after the LLM answered, plan and shards lost: the rerun asks nothing for a
+    # finished example (only the failed ones again) and writes what the whole build wrote.
+    shutil.copytree(tmp_path / "out" / "llm_cache", tmp_path / "cut" / "llm_cache")
+    answered = {entry.body_sha256 for entry in log if entry.status == 200}
+    with ChatServer(slow_s=4.0, retry_after="0.2", default=_answer) as cut_server:
+        cut = _synth(cut_server, marked_coco, tmp_path / "cut", models, uri)
+        assert cut.exit_code == 0, cut.output
+        asked = [entry for entry in cut_server.log if entry.body_sha256 in answered]
+    assert [entry.script for entry in asked] == ["rate_limit_once"] * len(asked)  # 429 again
+    assert synthetic_table(tmp_path / "cut").equals(table)

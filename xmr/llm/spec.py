@@ -1,0 +1,163 @@
+"""Which LLM a job uses (the ``--llm*`` flags) and the backend built from it in a worker.
+
+:class:`LLMSpec` is a frozen options dataclass (see :mod:`xmr.options`): it is built and checked
+on the driver, before Ray starts, and shipped to the workers, where :func:`create_chat` builds
+the backend (in a stage's ``setup()``). It never holds the API key, only the name of the
+environment variable that does, so it can be logged and written to a manifest as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xmr.llm.cache import CachedChat, ResponseCache
+from xmr.llm.chat import ChatBackend
+from xmr.llm.hf_chat import HFChat
+from xmr.llm.openai_client import OpenAIChat, url_problem
+from xmr.llm.vllm import check_vllm
+from xmr.options import check_options, option, resolve_paths
+from xmr.pretrained import local_model_dir
+
+BACKENDS = ("openai", "hf", "vllm")
+"""The values of ``--llm``."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class LLMSpec:
+    """An LLM backend and its settings, as the ``--llm*`` flags give them.
+
+    Which settings apply: ``url``, ``key_env``, ``max_in_flight``, ``timeout_s``,
+    ``max_retries``, ``max_response_bytes``, ``backoff_s``, ``seed`` to ``openai``;
+    ``device`` and ``batch_size`` to ``hf``; ``batch_size`` and ``runtime_env`` to ``vllm``;
+    ``cache_dir`` to all. Checked on construction (one-line ``ValueError`` naming the flag);
+    :meth:`check_ready` adds the checks that need a model name or the environment.
+    """
+
+    backend: str = option("openai", "LLM backend: openai, hf or vllm.", flag="llm")
+    model: str | None = option(
+        None,
+        "LLM: the endpoint's model name (openai), a Hub repo id or folder (hf, vllm).",
+        flag="llm-model",
+    )
+    url: str = option(
+        "https://api.openai.com/v1",
+        "Base URL of an OpenAI-compatible API (--llm openai).",
+        flag="llm-url",
+    )
+    key_env: str = option(
+        "OPENAI_API_KEY",
+        "Environment variable holding the API key (read in each worker).",
+        flag="llm-key-env",
+    )
+    max_in_flight: int = option(8, "Requests open at once per worker.", flag="llm-in-flight", ge=1)
+    timeout_s: float = option(60.0, "Seconds one LLM request may take.", flag="llm-timeout", gt=0)
+    max_retries: int = option(
+        4, "Retries of a request after 408/429/5xx/timeouts.", flag="llm-retries", ge=0
+    )
+    max_response_bytes: int = option(
+        1 << 20, "Largest LLM answer read, in bytes.", flag="llm-max-response-bytes", ge=1024
+    )
+    backoff_s: float = option(
+        1.0, "First retry wait in seconds (doubles per retry, jittered).", flag="llm-backoff", ge=0
+    )
+    seed: int = option(0, "Seed of the retry jitter.", flag="llm-seed")
+    cache_dir: Path | None = option(
+        None,
+        "Folder of the LLM response cache, shared by all workers (default: none).",
+        flag="llm-cache",
+    )
+    device: str = option("auto", "Device of --llm hf: auto, cpu, cuda, cuda:N.", flag="llm-device")
+    batch_size: int = option(
+        8, "Requests per generate call (hf) or engine batch (vllm).", flag="llm-batch-size", ge=1
+    )
+    runtime_env: str | None = option(
+        None,
+        "JSON Ray runtime environment of the vLLM stage (an image or pip list with vLLM).",
+        flag="llm-runtime-env",
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--llm must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        problem = url_problem(self.url)
+        if problem:
+            raise ValueError(f"--llm-url {problem}")
+        if not _ENV_NAME.fullmatch(self.key_env):
+            # never repeat the value: it may be the key itself, pasted into the wrong flag
+            raise ValueError(
+                "--llm-key-env must name an environment variable (letters, digits, _), "
+                "not hold the key"
+            )
+        if self.device != "auto" and not re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device):
+            raise ValueError(
+                f"--llm-device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}"
+            )
+        self.runtime_env_dict()
+        resolve_paths(self)
+
+    def runtime_env_dict(self) -> dict[str, Any] | None:
+        """``runtime_env`` parsed (a JSON object), None when unset. Raises ``ValueError``."""
+        if self.runtime_env is None:
+            return None
+        try:
+            parsed = json.loads(self.runtime_env)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--llm-runtime-env is not valid JSON: {exc}") from exc
+        if not isinstance(parsed, dict):
+            raise ValueError("--llm-runtime-env must be a JSON object")
+        return parsed
+
+    def check_ready(self) -> None:
+        """The checks a job runs before Ray starts: a model is named, a model folder exists,
+        vLLM can run (see :func:`xmr.llm.vllm.check_vllm`).
+
+        Raises:
+            ValueError: ``--llm-model`` is missing.
+            FileNotFoundError: ``--llm-model`` looks like a path that is not a folder.
+            ImportError: ``--llm vllm`` cannot run here (the message says what to do).
+        """
+        if not self.model:
+            raise ValueError(f"--llm-model is required with --llm {self.backend}")
+        if self.backend != "openai":
+            local_model_dir(self.model)
+        if self.backend == "vllm":
+            check_vllm(self.runtime_env_dict())
+
+
+def create_chat(spec: LLMSpec, device: str | None = None) -> ChatBackend:
+    """The backend ``spec`` names, behind the response cache when ``spec.cache_dir`` is set.
+
+    ``device``: where ``hf`` runs, overriding ``spec.device`` (a worker knows its GPU).
+    ``vllm`` is a Ray Data processor, not a chat backend: build it with
+    :func:`xmr.llm.vllm.build_vllm_processor`.
+    """
+    if spec.backend == "vllm":
+        raise ValueError(
+            "--llm vllm runs as a Ray Data processor (xmr.llm.vllm.build_vllm_processor), "
+            "not as a chat backend"
+        )
+    spec.check_ready()
+    assert spec.model is not None  # check_ready
+    backend: ChatBackend
+    if spec.backend == "openai":
+        backend = OpenAIChat(
+            spec.url,
+            spec.model,
+            key_env=spec.key_env,
+            max_in_flight=spec.max_in_flight,
+            timeout_s=spec.timeout_s,
+            max_retries=spec.max_retries,
+            max_response_bytes=spec.max_response_bytes,
+            backoff_s=spec.backoff_s,
+            seed=spec.seed,
+        )
+    else:
+        backend = HFChat(spec.model, device=device or spec.device, batch_size=spec.batch_size)
+    return backend if spec.cache_dir is None else CachedChat(backend, ResponseCache(spec.cache_dir))

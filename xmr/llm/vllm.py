@@ -1,0 +1,147 @@
+"""The ``vllm`` backend: ``ray.data.llm``'s vLLM engine as a Ray Data processor (Ray wiring).
+
+``ray[llm]`` pins a vLLM (0.29.0 for Ray 2.60) that needs torch 2.13, while xmr needs 2.14, so
+vLLM cannot live in xmr's environment: the vLLM stage gets its own Ray runtime environment (a
+container image or a pip list, ``runtime_env``), or the user serves the model with
+``vllm serve`` and uses the ``openai`` backend. :func:`check_vllm` says so, in one line, before
+Ray starts. :func:`build_vllm_processor` wires the processor: rows carry a ``request`` column
+(:meth:`ChatRequest.to_json <xmr.llm.chat.ChatRequest.to_json>`) and come back with ``response``,
+``status`` (``ok`` or ``engine_error``) and ``error`` columns next to the kept ones: a failing
+row is reported (``should_continue_on_error``), never dropped and never fatal.
+
+Ray is imported inside :func:`build_vllm_processor` only; the row functions are plain.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from xmr.llm.chat import ChatRequest, one_line
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+RUNTIME_ENV_KEYS = ("image_uri", "container", "pip", "uv", "conda", "py_executable")
+"""Runtime-environment fields that can give the vLLM stage a Python with vLLM in it."""
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _ray_version() -> str:
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return "<your ray version>"
+
+
+def check_vllm(runtime_env: Mapping[str, Any] | None = None) -> None:
+    """Refuse ``--llm vllm`` where it cannot run, with what to do instead; starts no Ray.
+
+    ``runtime_env``: the Ray runtime environment the vLLM stage will run in (None: this one).
+
+    Raises:
+        ImportError: ``ray.data.llm`` is missing, or vLLM is missing here and no
+            ``runtime_env`` brings it.
+        ValueError: ``runtime_env`` names no image or package list that could bring vLLM.
+    """
+    ray_version = _ray_version()
+    if not _installed("ray.data.llm"):
+        raise ImportError(
+            f"--llm vllm needs ray.data.llm, which this Ray ({ray_version}) lacks: "
+            'pip install "ray[data]>=2.60"'
+        )
+    if runtime_env is not None:
+        if not any(key in runtime_env for key in RUNTIME_ENV_KEYS):
+            raise ValueError(
+                f"--llm-runtime-env must give the vLLM stage a Python with vLLM: set one of "
+                f"{', '.join(RUNTIME_ENV_KEYS)}"
+            )
+        return
+    if not _installed("vllm"):
+        raise ImportError(
+            f"--llm vllm: vLLM is not installed here, and it cannot be: ray[llm]=={ray_version} "
+            "pins a vLLM that needs torch 2.13 (xmr needs 2.14). Run the vLLM stage in its own "
+            'environment with --llm-runtime-env \'{"image_uri": "<an image with '
+            f'ray[llm]=={ray_version}>"}}\' (or \'{{"pip": ["ray[llm]=={ray_version}"]}}\'), '
+            "or serve the model with `vllm serve MODEL` and use --llm openai "
+            "--llm-url http://HOST:8000/v1"
+        )
+
+
+def vllm_request_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The processor's preprocess: a row's ``request`` JSON -> ``messages`` and
+    ``sampling_params`` (the row's other columns are carried along by the processor)."""
+    request = ChatRequest.from_json(row["request"])
+    sampling: dict[str, Any] = {
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+    }
+    if request.seed is not None:
+        sampling["seed"] = request.seed
+    return {"messages": request.message_dicts(), "sampling_params": sampling}
+
+
+def vllm_result_row(row: dict[str, Any], keep_columns: Sequence[str]) -> dict[str, Any]:
+    """A processed row -> ``keep_columns`` + ``response``, ``status``, ``error``.
+
+    Rows the engine failed on carry ``__inference_error__`` (they skip the processor's
+    postprocess); they become ``engine_error`` with that reason on one line.
+    """
+    kept = {column: row[column] for column in keep_columns}
+    failure = row.get("__inference_error__") or ""
+    if failure:
+        return {**kept, "response": "", "status": "engine_error", "error": one_line(failure)}
+    return {**kept, "response": str(row.get("generated_text") or ""), "status": "ok", "error": ""}
+
+
+def build_vllm_processor(
+    model: str,
+    *,
+    keep_columns: Sequence[str],
+    batch_size: int = 16,
+    concurrency: int = 1,
+    engine_kwargs: Mapping[str, Any] | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+) -> Callable[[Dataset], Dataset]:
+    """A function ``dataset -> dataset`` that answers each row's ``request`` with vLLM.
+
+    Args:
+        model: the model's Hub repo id or folder (``model_source``).
+        keep_columns: input columns to carry to the output (a row id at least).
+        batch_size: rows per engine batch.
+        concurrency: vLLM engine replicas (each on its own GPU set).
+        engine_kwargs: ``vllm`` engine arguments (``max_model_len``, ``tensor_parallel_size``...).
+        runtime_env: the vLLM stage's own Ray runtime environment (see :func:`check_vllm`).
+
+    Output rows: ``keep_columns`` + ``response`` (str), ``status`` (``"ok"`` or
+    ``"engine_error"``), ``error`` (str), one per input row. Sampling follows each request
+    (``temperature`` 0 is greedy). Building connects to Ray (``ray.init`` when needed).
+    """
+    check_vllm(runtime_env)
+    from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+
+    config = vLLMEngineProcessorConfig(
+        model_source=model,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        engine_kwargs=dict(engine_kwargs or {}),
+        runtime_env=dict(runtime_env) if runtime_env is not None else None,
+        should_continue_on_error=True,
+    )
+    # postprocess: identity (the processor's default), so that answered and failed rows keep
+    # one schema; vllm_result_row then maps both to the same columns.
+    processor = build_processor(config, preprocess=vllm_request_fields)
+    keep = tuple(keep_columns)
+
+    def answer(dataset: Dataset) -> Dataset:
+        return processor(dataset).map(vllm_result_row, fn_kwargs={"keep_columns": keep})
+
+    return answer

@@ -1,0 +1,416 @@
+"""Build a BiAug D′ (``xmr synth --mode biaug``): propose -> verify -> decouple -> inpaint -> write.
+
+Two passes over the executor, as in the removal mode (:mod:`xmr.synth.build`). The planning pass
+maps :class:`~xmr.synth.biaug_stages.ProposeObjects`, :class:`~xmr.synth.biaug_stages.
+VerifyObjects` and :class:`~xmr.synth.biaug_stages.DecoupleAttributes` over the source examples
+(each image with its chosen caption) and saves the hard-negative groups as the plan; the
+synthesis pass maps :class:`~xmr.synth.biaug_stages.InpaintPairs` over the groups of the shards
+not yet on disk and commits each shard when its last row arrives.
+
+Accounting: a unit of work is a source example that yields no group (its reason in
+``errors.parquet``), or one of the two rows of a group. Every unit ends in a shard or in
+``errors.parquet``: ``planned == written + errors``. What a step dropped without failing its
+example (a proposal the detector did not confirm or the filters removed, an invalid row of the
+LLM's table) is in ``reasons.parquet`` with its cause.
+
+Resuming: the LLM's answers are cached on disk (``--llm-cache``, default ``<out>/llm_cache``),
+so a rerun pays for no call twice; a saved plan is reused, and only missing shards are redone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xmr import __version__
+from xmr.data.records import ImageRecord
+from xmr.data.synthetic import BIAUG_ROW_SCHEMA, MANIFEST
+from xmr.llm import LLMSpec
+from xmr.pipeline import Resources, Stage
+from xmr.pipeline.stage import Batch
+from xmr.synth.biaug_stages import (
+    GROUP_COLUMNS,
+    DecoupleAttributes,
+    InpaintPairs,
+    ProposeObjects,
+    VerifyObjects,
+)
+from xmr.synth.build import (
+    ShardAssembler,
+    SynthResult,
+    add_busy,
+    data_root,
+    inputs_hash,
+    log_lines,
+    placement,
+    read_inputs,
+    stage_device,
+    start_executor,
+)
+from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.output import (
+    LLM_CACHE,
+    PLAN,
+    PLAN_ERRORS,
+    REASONS,
+    check_out_dir,
+    count_written,
+    error_table,
+    finished_shards,
+    merge_errors,
+    shard_path,
+    split_shards,
+    write_json_atomic,
+    write_table_atomic,
+)
+from xmr.synth.rows import row_seed
+from xmr.synth.stages import ERROR_COLUMNS
+
+STAGES = ("read", "propose", "verify", "decouple", "inpaint")
+ROLES = ("positive", "negative")
+GROUP_SCHEMA = pa.schema(
+    [(name, pa.int64() if name in ("image_id", "caption_id", "width", "height", "seed")
+      else pa.string()) for name in GROUP_COLUMNS]
+)  # fmt: skip
+REASON_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),  # the source example "<image_id>/<caption_id>"
+        ("stage", pa.string()),  # verify | decouple
+        ("rule", pa.string()),  # not_detected | area | confidence | overlap | invalid_row ...
+        ("item", pa.string()),  # the proposal, or the rejected answer line
+        ("message", pa.string()),
+    ]
+)
+"""What a step left out without failing its source example, and why."""
+
+
+def biaug_fingerprint(config: SynthConfig, llm: LLMSpec) -> str:
+    """The config hash of a BiAug build: the config's, and which LLM answered."""
+    data = {"config": config.fingerprint(), "llm": llm.backend, "llm_model": llm.model}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def source_examples(records: list[ImageRecord], config: SynthConfig) -> list[dict]:
+    """One input row per (image, chosen caption): ``captions_per_image`` captions drawn per
+    image with a generator seeded by ``(seed, image id)`` (all of them when None)."""
+    rows = []
+    for record in records:
+        captions = list(record.captions)
+        count = config.captions_per_image
+        if count is not None and len(captions) > count:
+            rng = np.random.default_rng(row_seed(config.seed, f"{record.image_id}/captions"))
+            captions = [captions[i] for i in sorted(rng.choice(len(captions), count, False))]
+        for caption in captions:
+            rows.append(
+                {
+                    "key": f"{record.image_id}/{caption.id}",
+                    "image_id": record.image_id,
+                    "caption_id": caption.id,
+                    "caption": caption.text,
+                    "path": str(record.path),
+                    "width": record.width,
+                    "height": record.height,
+                    **{name: "" for name in ERROR_COLUMNS},
+                }
+            )
+    return rows
+
+
+def _groups_of(batch: Batch, i: int, seed: int) -> list[dict]:
+    """The hard-negative groups of source example ``i`` of a decoupled batch."""
+    boxes = {v["name"]: v["bbox"] for v in json.loads(batch["verified"][i])}
+    groups = []
+    for row in json.loads(batch["attributes"][i]):
+        group_id = f"{batch['key'][i]}/{row['object']}/{row['category']}"
+        groups.append(
+            {
+                "key": group_id,
+                "image_id": int(batch["image_id"][i]),
+                "caption_id": int(batch["caption_id"][i]),
+                "source_caption": str(batch["caption"][i]),
+                "path": str(batch["path"][i]),
+                "width": int(batch["width"][i]),
+                "height": int(batch["height"][i]),
+                "object": row["object"],
+                "category": row["category"],
+                "box": json.dumps(list(boxes[row["object"]])),
+                "phrase": row["phrase"],
+                "caption": row["caption"],
+                "negative_phrase": row["negative_phrase"],
+                "negative_caption": row["negative_caption"],
+                "seed": row_seed(seed, group_id),
+            }
+        )
+    return groups
+
+
+def _reasons_of(batch: Batch, i: int) -> list[dict]:
+    key = str(batch["key"][i])
+    reasons = [
+        {"key": key, "stage": "verify", "rule": d["rule"], "item": d["name"],
+         "message": d["reason"]}
+        for d in json.loads(batch["dropped"][i])
+    ]  # fmt: skip
+    reasons += [
+        {"key": key, "stage": "decouple", "rule": "invalid_row", "item": r["raw"],
+         "message": f"line {r['line']}: {r['reason']}"}
+        for r in json.loads(batch["rejected"][i])
+    ]  # fmt: skip
+    return reasons
+
+
+def plan_pass(
+    executor, examples: list[dict], config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec
+) -> tuple[list[dict], list[dict], list[dict], dict[str, int], dict[str, float]]:
+    """Propose, verify and decouple every source example.
+
+    Returns ``(groups, error rows, reasons, statistics, busy seconds per stage)``.
+    """
+    if not examples:
+        return [], [], [], {}, {}
+    llm_gpu = llm.backend == "hf"
+    place = placement(executor, 1 + int(llm_gpu), runtime)
+    detector_res = place.resources(True)
+    llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
+    llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
+    llm_batch = max(runtime.batch_size, llm.max_in_flight)
+    stages: list[tuple[Stage, int]] = [
+        (ProposeObjects(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
+        (
+            VerifyObjects(config, detector_res, runtime.batch_size, stage_device(detector_res)),
+            place.actors(runtime.detect_actors, True, 1),
+        ),
+        (DecoupleAttributes(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
+    ]
+    groups, errors, reasons = [], [], []
+    stats: Counter = Counter()
+    busy: Counter = Counter()
+    lines = log_lines(len(examples), "plan", "examples", runtime)
+    blocks = math.ceil(len(examples) / runtime.batch_size)
+    for batch in executor.stream(examples, stages, blocks=blocks):
+        add_busy(busy, batch)
+        if lines:
+            lines.update(len(batch["key"]))
+        for i in range(len(batch["key"])):
+            proposed = json.loads(batch["objects"][i])
+            dropped = json.loads(batch["dropped"][i])
+            stats["source_examples"] += 1
+            stats["extracted_objects"] += len(proposed)
+            stats["detected_objects"] += len(proposed) - sum(
+                d["rule"] != "confidence" for d in dropped
+            )
+            stats["kept_objects"] += len(json.loads(batch["verified"][i]))
+            reasons += _reasons_of(batch, i)
+            if batch["error"][i]:
+                errors.append(
+                    {
+                        "key": str(batch["key"][i]),
+                        "stage": str(batch["error_stage"][i]),
+                        "error_type": str(batch["error_type"][i]),
+                        "message": str(batch["error"][i]),
+                    }
+                )
+            else:
+                groups += _groups_of(batch, i, config.seed)
+    return groups, errors, reasons, dict(stats), dict(busy)
+
+
+def _row(group: dict, role: str, image: bytes, fill: str) -> dict:
+    positive = role == "positive"
+    return {
+        "key": f"{group['key']}/{role}",
+        "image": image,
+        "caption": group["caption"] if positive else group["negative_caption"],
+        "source_image_id": group["image_id"],
+        "source_caption_id": group["caption_id"],
+        "source_caption": group["source_caption"],
+        "object": group["object"],
+        "category": group["category"],
+        "phrase": group["phrase"] if positive else group["negative_phrase"],
+        "group_id": group["key"],
+        "role": role,
+        "box": json.loads(group["box"]),
+        "width": group["width"],
+        "height": group["height"],
+        "fill": fill,
+    }
+
+
+def synth_pass(
+    executor,
+    groups: list[dict],
+    shards: list[list[str]],
+    pending: set[int],
+    config: SynthConfig,
+    runtime: SynthRuntime,
+    world: Path,
+) -> dict[str, float]:
+    """Inpaint the groups of the ``pending`` shards, committing shards as they finish."""
+    keys = {k for s in pending for k in shards[s]}
+    todo = [g for g in groups if f"{g['key']}/positive" in keys or f"{g['key']}/negative" in keys]
+    if not todo:
+        return {}
+    on_gpu = config.fill == "sd"
+    place = placement(executor, int(on_gpu), runtime)
+    resources = place.resources(on_gpu)
+    actors = place.actors(runtime.fill_actors, on_gpu, 1)
+    batch_size = runtime.batch_size if not resources.gpus else min(runtime.batch_size, 4)
+    stage = InpaintPairs(config, resources, batch_size, stage_device(resources), str(world))
+    assembler = ShardAssembler(runtime.out, shards, pending, BIAUG_ROW_SCHEMA)
+    blank = {name: "" for name in ERROR_COLUMNS}
+    busy: Counter = Counter()
+    lines = log_lines(len(todo), "inpaint", "groups", runtime)
+    blocks = math.ceil(len(todo) / batch_size)
+    for batch in executor.stream([{**g, **blank} for g in todo], [(stage, actors)], blocks=blocks):
+        start = time.perf_counter()
+        add_busy(busy, batch)
+        if lines:
+            lines.update(len(batch["key"]))
+        for i in range(len(batch["key"])):
+            group = {name: batch[name][i] for name in GROUP_COLUMNS}
+            group = {k: v.item() if isinstance(v, np.generic) else v for k, v in group.items()}
+            for role, column in zip(ROLES, ("positive_image", "negative_image"), strict=True):
+                key = f"{group['key']}/{role}"
+                if key not in keys:
+                    continue
+                if batch["error"][i]:
+                    error = {"key": key, "stage": str(batch["error_stage"][i]),
+                             "error_type": str(batch["error_type"][i]),
+                             "message": str(batch["error"][i])}  # fmt: skip
+                    assembler.add(key, None, error)
+                else:
+                    assembler.add(key, _row(group, role, batch[column][i], config.fill), None)
+        busy["write"] += time.perf_counter() - start
+    assembler.check_complete()
+    return dict(busy)
+
+
+def _saved_plan(out: Path, fingerprint: str, digest: str) -> tuple | None:
+    """``(groups, errors, reasons, stats)`` an earlier run saved in ``out``, or None.
+
+    Raises:
+        ValueError: ``out`` holds a plan made from another config or other input data.
+    """
+    if not (out / PLAN).is_file():
+        return None
+    table = pq.read_table(out / PLAN)
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    for name, value in {"config_hash": fingerprint, "inputs_hash": digest}.items():
+        if metadata.get(name) != value:
+            what = "config" if name == "config_hash" else "input data"
+            raise ValueError(
+                f"--out {out} holds a D′ built from another {what} "
+                f"({name} {metadata.get(name)} != {value}); use a new --out"
+            )
+    errors = pq.read_table(out / PLAN_ERRORS).to_pylist()
+    reasons = pq.read_table(out / REASONS).to_pylist()
+    return table.to_pylist(), errors, reasons, json.loads(metadata["statistics"])
+
+
+def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -> SynthResult:
+    """Build (or finish building) a BiAug D′ into ``runtime.out``; see the module docstring."""
+    start = time.perf_counter()
+    out = runtime.out
+    check_out_dir(out)
+    if llm.cache_dir is None:
+        llm = replace(llm, cache_dir=(out / LLM_CACHE).resolve())
+    root = data_root(config, runtime.progress)
+    records, read_errors = read_inputs(config, root)
+    digest = inputs_hash(records, read_errors)
+    fingerprint = biaug_fingerprint(config, llm)
+    timings = {"read": time.perf_counter() - start}
+
+    # Every refusal that needs no cluster comes before Ray starts.
+    saved = _saved_plan(out, fingerprint, digest)
+    if saved is None:
+        llm.check_ready()
+    executor = start_executor(runtime)
+    busy: dict[str, float] = {}
+    timings["plan"] = 0.0
+    if saved is None:
+        t = time.perf_counter()
+        examples = source_examples(records, config)
+        groups, errors, reasons, stats, busy = plan_pass(executor, examples, config, runtime, llm)
+        errors = read_errors + errors
+        write_table_atomic(error_table(errors), out / PLAN_ERRORS)
+        write_table_atomic(pa.Table.from_pylist(reasons, schema=REASON_SCHEMA), out / REASONS)
+        metadata = {"config_hash": fingerprint, "inputs_hash": digest,
+                    "statistics": json.dumps(stats)}  # fmt: skip
+        write_table_atomic(pa.Table.from_pylist(groups, schema=GROUP_SCHEMA), out / PLAN, metadata)
+        timings["plan"] = time.perf_counter() - t
+    else:
+        groups, errors, reasons, stats = saved
+    row_keys = [f"{g['key']}/{role}" for g in groups for role in ROLES]
+    shards = split_shards(row_keys, config.rows_per_shard)
+    done = finished_shards(out, shards)
+    pending = set(range(len(shards))) - done
+    t = time.perf_counter()
+    busy.update(synth_pass(executor, groups, shards, pending, config, runtime, root))
+    timings["synthesize"] = time.perf_counter() - t
+    merged = merge_errors(out, len(shards))
+    written = count_written(out, len(shards))
+    timings["total"] = time.perf_counter() - start
+
+    rows_this_run = sum(len(shards[s]) for s in pending)
+    stage_errors = Counter(merged["stage"].to_pylist())
+    manifest = {
+        "xmr_version": __version__,
+        "mode": "biaug",
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "config": config.to_dict(),
+        "llm": {"backend": llm.backend, "model": llm.model},
+        "config_hash": fingerprint,
+        "inputs_hash": digest,
+        "data_root": str(root),
+        "planned": len(errors) + len(row_keys),
+        "written": written,
+        "errors": merged.num_rows,
+        # The paper's table 1 (detected: confirmed by the detector and the default filters;
+        # kept: also past --filter-confidence when it is on).
+        "statistics": {
+            **stats,
+            "augmented_examples": written,
+            "hard_negative_pairs": _written_pairs(out, len(shards)),
+            "filter_confidence": config.filter_confidence,
+        },
+        "counts": {
+            "errors_by_stage": {s: stage_errors.get(s, 0) for s in STAGES},
+            "reasons": len(reasons),
+            "groups_planned": len(groups),
+            "shards": len(shards),
+            "shards_resumed": len(done),
+            "rows_this_run": rows_this_run,
+        },
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "busy_s": {k: round(v, 3) for k, v in busy.items()},
+        "rows_per_second": round(rows_this_run / timings["synthesize"], 2)
+        if rows_this_run and timings["synthesize"] > 0
+        else None,
+    }
+    if manifest["planned"] != manifest["written"] + manifest["errors"]:
+        raise RuntimeError(
+            f"row accounting is off: planned {manifest['planned']} != written "
+            f"{manifest['written']} + errors {manifest['errors']} (please report this)"
+        )
+    write_json_atomic(manifest, out / MANIFEST)
+    return SynthResult(out=out, manifest=manifest)
+
+
+def _written_pairs(out: Path, shard_count: int) -> int:
+    """Groups with both rows written: the hard-negative pairs."""
+    rows: Counter = Counter()
+    for index in range(shard_count):
+        rows.update(
+            pq.read_table(shard_path(out, index), columns=["group_id"])["group_id"].to_pylist()
+        )
+    return sum(count == 2 for count in rows.values())

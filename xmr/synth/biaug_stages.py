@@ -1,0 +1,356 @@
+"""The stages of a BiAug D′ build (``xmr synth --mode biaug``), as plain Stage classes.
+
+Planning pass, one row per source example (an image and one of its captions):
+``ProposeObjects`` (LLM, paper step 1) -> ``VerifyObjects`` (detector and the §4.1 filters,
+step 2) -> ``DecoupleAttributes`` (LLM, steps 3–5). Synthesis pass, one row per hard-negative
+group (an object, an attribute category, a positive and a negative phrase): ``InpaintPairs``
+(steps 6–7) paints the object's box twice, with the same mask and seed, once per phrase.
+
+As in the removal mode's stages, a failed row keeps flowing with its reason in the error columns
+(``error_stage``, ``error_type``, ``error``) and later stages pass it through untouched. What a
+step drops without failing the row (a proposal the detector did not confirm, an invalid CSV row)
+goes to the row's ``dropped`` / ``rejected`` JSON columns: the build writes them to
+``reasons.parquet``. LLM stages talk to their backend (:mod:`xmr.llm`) from inside the actor; no
+prompt or key reaches a log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import numpy as np
+
+from xmr.biaug import (
+    AnswerError,
+    ToyWorldOracle,
+    attribute_messages,
+    filter_proposals,
+    object_proposal_messages,
+    parse_attribute_rows,
+    parse_object_list,
+)
+from xmr.data.errors import DataError
+from xmr.data.images import load_image
+from xmr.data.toyworld.captions import class_words
+from xmr.llm import ChatRequest, ChatResult, LLMSpec, create_chat
+from xmr.pipeline.stage import Batch, Resources, Stage
+from xmr.removal.planning import box_mask
+from xmr.synth.config import SynthConfig
+from xmr.synth.stages import ERROR_COLUMNS, encode_png
+
+GROUP_COLUMNS = (
+    "key", "image_id", "caption_id", "source_caption", "path", "width", "height", "object",
+    "category", "box", "phrase", "caption", "negative_phrase", "negative_caption", "seed",
+)  # fmt: skip
+"""A hard-negative group: ``key`` is its ``group_id``, ``box`` the JSON ``[x, y, w, h]``."""
+
+
+def _failed(batch: Batch) -> np.ndarray:
+    return np.array([bool(e) for e in batch["error"]], dtype=bool)
+
+
+def _output(batch: Batch) -> Batch:
+    """The batch's columns, with error columns this stage may write to."""
+    out = dict(batch)
+    for name in ERROR_COLUMNS:
+        out[name] = np.array(batch[name], dtype=object).copy()
+    return out
+
+
+def _fail(out: Batch, i: int, stage: str, error_type: str, message: str) -> None:
+    out["error_stage"][i], out["error_type"][i], out["error"][i] = stage, error_type, message
+
+
+def _seconds(start: float, n: int) -> np.ndarray:
+    return np.full(n, (time.perf_counter() - start) / max(n, 1))
+
+
+class _LLMStage(Stage):
+    """A stage that asks the LLM one question per live row and reads the answers."""
+
+    def __init__(
+        self,
+        config: SynthConfig,
+        llm: LLMSpec,
+        resources: Resources,
+        batch_size: int,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(resources, batch_size)
+        self.config = config
+        self.llm = llm
+        self.device = device
+        self.chat = None
+
+    def setup(self) -> None:
+        self.chat = create_chat(self.llm, self.device)
+
+    def _request(self, messages: Sequence[tuple[str, str]]) -> ChatRequest:
+        return ChatRequest(
+            tuple(messages),
+            max_tokens=self.config.llm_max_tokens,
+            temperature=0.0,
+            seed=self.config.seed,
+        )
+
+    def _ask(self, batch: Batch, out: Batch) -> dict[int, ChatResult]:
+        """The answers to the live rows' questions; rows whose call failed are failed here."""
+        live = [int(i) for i in np.flatnonzero(~_failed(batch))]
+        questions = {i: self._request(self.messages(batch, i)) for i in live}
+        results = self.chat.complete(list(questions.values())) if questions else []
+        answers: dict[int, ChatResult] = {}
+        for i, result in zip(questions, results, strict=True):
+            out[f"{self.name}_attempts"][i] = result.attempts
+            if result.status == "ok":
+                answers[i] = result
+            else:
+                _fail(out, i, self.name, f"llm_{result.status}", result.error)
+        return answers
+
+    def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
+        raise NotImplementedError
+
+
+class ProposeObjects(_LLMStage):
+    """``caption`` -> ``objects`` (JSON list): at most ``max_objects`` likely visible objects,
+    most probable first (paper step 1)."""
+
+    name = "propose"
+
+    def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
+        return object_proposal_messages(str(batch["caption"][i]), self.config.max_objects)
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        n = len(batch["key"])
+        out = _output(batch)
+        out["objects"] = np.array(["[]"] * n, dtype=object)
+        out["propose_attempts"] = np.zeros(n, dtype=np.int64)
+        for i, result in self._ask(batch, out).items():
+            try:
+                objects = parse_object_list(result.text, self.config.max_objects)
+            except AnswerError as exc:
+                _fail(out, i, self.name, "AnswerError", f"object list: {exc}")
+                continue
+            if not objects:
+                _fail(out, i, self.name, "NoObjects", "the LLM proposed no object")
+                continue
+            out["objects"][i] = json.dumps(objects)
+        out["seconds_propose"] = _seconds(start, n)
+        return out
+
+
+class VerifyObjects(Stage):
+    """``objects`` + the image -> ``verified`` (JSON list of ``{name, bbox, score}``) and
+    ``dropped`` (JSON list of the proposals left out, each with its rule and reason): the
+    detector looks for the proposals and the §4.1 filters keep the usable boxes (step 2)."""
+
+    name = "verify"
+
+    def __init__(
+        self, config: SynthConfig, resources: Resources, batch_size: int, device: str = "cpu"
+    ) -> None:
+        super().__init__(resources, batch_size)
+        self.config = config
+        self.device = device
+        self.detector = None
+        self.rules = config.proposal_filter()
+
+    def setup(self) -> None:
+        from xmr.detection import create_detector
+
+        c = self.config
+        self.detector = create_detector(
+            c.detector,
+            ["object"],  # replaced per image by the image's proposals
+            c.detector_model,
+            device=self.device,
+            box_threshold=c.box_threshold,
+            text_threshold=c.text_threshold,
+        )
+        self.detector.load()
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        n = len(batch["key"])
+        out = _output(batch)
+        out["verified"] = np.array(["[]"] * n, dtype=object)
+        out["dropped"] = np.array(["[]"] * n, dtype=object)
+        for i in np.flatnonzero(~_failed(batch)):
+            objects = json.loads(batch["objects"][i])
+            try:
+                image = load_image(str(batch["path"][i]))
+                (found,) = self.detector.detect_each([image], [objects])
+            except (DataError, RuntimeError, ValueError) as exc:
+                _fail(out, i, self.name, type(exc).__name__, str(exc))
+                continue
+            kept, dropped = filter_proposals(
+                objects, found, int(batch["width"][i]), int(batch["height"][i]), self.rules
+            )
+            out["verified"][i] = json.dumps([asdict(v) for v in kept])
+            out["dropped"][i] = json.dumps([asdict(d) for d in dropped])
+            if not kept:
+                reasons = "; ".join(f"{d.name}: {d.reason}" for d in dropped)
+                _fail(out, i, self.name, "NoObjectVerified", f"no proposal kept ({reasons})")
+        out["seconds_verify"] = _seconds(start, n)
+        return out
+
+
+class DecoupleAttributes(_LLMStage):
+    """``caption`` + ``verified`` -> ``attributes`` (JSON list of attribute rows: per object and
+    category a phrase, the extended caption, a negative phrase and its caption) and
+    ``rejected`` (JSON list of the answer's invalid rows with their line and reason), steps 3–5.
+    """
+
+    name = "decouple"
+
+    def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
+        names = [v["name"] for v in json.loads(batch["verified"][i])]
+        categories = self.config.attribute_categories()
+        return attribute_messages(str(batch["caption"][i]), names, categories)
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        n = len(batch["key"])
+        out = _output(batch)
+        out["attributes"] = np.array(["[]"] * n, dtype=object)
+        out["rejected"] = np.array(["[]"] * n, dtype=object)
+        out["decouple_attempts"] = np.zeros(n, dtype=np.int64)
+        categories = self.config.attribute_categories()
+        for i, result in self._ask(batch, out).items():
+            names = [v["name"] for v in json.loads(batch["verified"][i])]
+            try:
+                rows, rejected = parse_attribute_rows(result.text, names, categories)
+            except AnswerError as exc:
+                _fail(out, i, self.name, "AnswerError", f"attribute table: {exc}")
+                continue
+            out["attributes"][i] = json.dumps([asdict(r) for r in rows])
+            out["rejected"][i] = json.dumps([asdict(r) for r in rejected])
+            if not rows:
+                _fail(out, i, self.name, "NoValidRow", f"none of {len(rejected)} rows was valid")
+        out["seconds_decouple"] = _seconds(start, n)
+        return out
+
+
+def toyworld_class(name: str, classes: Sequence[str]) -> str:
+    """The ToyWorld class an LLM object name denotes (its words are the class's, or a
+    synonym's: ``"Sports ball"``, ``"people"``); ValueError when none does."""
+    words = name.lower().split()
+    for category in classes:
+        if " ".join(words) == category.lower() or (
+            len(words) == 1 and words[0] in class_words(category)
+        ):
+            return category
+    raise ValueError(f"--fill render: {name!r} is not a ToyWorld class ({', '.join(classes)})")
+
+
+class InpaintPairs(Stage):
+    """A group -> ``positive_image`` and ``negative_image`` (PNG bytes): the object's box
+    painted with the phrase and with the negative phrase, same mask and seed (steps 6–7).
+
+    ``--fill sd``: Stable Diffusion inpainting prompted with the phrase. ``--fill render``
+    (ToyWorld): the world's renderer re-draws the object in the colour the phrase names, the
+    exact counterfactual that SD output can be scored against.
+    """
+
+    name = "inpaint"
+
+    def __init__(
+        self,
+        config: SynthConfig,
+        resources: Resources,
+        batch_size: int,
+        device: str = "cpu",
+        world: str | None = None,
+    ) -> None:
+        """``world``: the ToyWorld folder (``--fill render``)."""
+        super().__init__(resources, batch_size)
+        self.config = config
+        self.device = device
+        self.world = world
+        self.inpainter = None
+        self.oracle = None
+
+    def setup(self) -> None:
+        c = self.config
+        if c.fill == "render":
+            self.oracle = ToyWorldOracle(self.world)
+            return
+        from xmr.removal.sd_inpaint import StableDiffusionInpainter
+
+        self.inpainter = StableDiffusionInpainter(
+            c.sd_model,
+            device=self.device,
+            steps=c.sd_steps,
+            guidance_scale=c.sd_guidance,
+            resolution=c.sd_resolution,
+        )
+        self.inpainter.load()
+
+    def process(self, batch: Batch) -> Batch:
+        start = time.perf_counter()
+        n = len(batch["key"])
+        out = _output(batch)
+        positive = np.array([b""] * n, dtype=object)
+        negative = np.array([b""] * n, dtype=object)
+        live = [int(i) for i in np.flatnonzero(~_failed(batch))]
+        try:
+            if self.oracle is not None:
+                self._render(batch, out, live, positive, negative)
+            else:
+                self._diffuse(batch, out, live, positive, negative)
+        except (RuntimeError, ValueError) as exc:  # e.g. CUDA out of memory: the whole batch
+            for i in live:
+                if not out["error"][i]:
+                    _fail(out, i, self.name, type(exc).__name__, str(exc))
+        out["positive_image"], out["negative_image"] = positive, negative
+        out["seconds_inpaint"] = _seconds(start, n)
+        return out
+
+    def _render(
+        self, batch: Batch, out: Batch, live: list[int], positive: np.ndarray, negative: np.ndarray
+    ) -> None:
+        classes = self.oracle.config.classes
+        for i in live:
+            box = tuple(json.loads(batch["box"][i]))
+            image_id = int(batch["image_id"][i])
+            try:
+                category = toyworld_class(str(batch["object"][i]), classes)
+                painted = [
+                    self.oracle.recolour(image_id, box, category, str(batch[column][i]))
+                    for column in ("phrase", "negative_phrase")
+                ]
+            except ValueError as exc:
+                _fail(out, i, self.name, "ValueError", str(exc))
+                continue
+            positive[i], negative[i] = (encode_png(image) for image in painted)
+
+    def _diffuse(
+        self, batch: Batch, out: Batch, live: list[int], positive: np.ndarray, negative: np.ndarray
+    ) -> None:
+        sources: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for i in live:
+            try:
+                image = np.asarray(load_image(str(batch["path"][i])))
+                box = json.loads(batch["box"][i])
+                mask = box_mask([box], image.shape[1], image.shape[0])
+                if not mask.any():
+                    raise ValueError(f"box {box} covers no pixel")
+                sources[i] = (image, mask)
+            except (DataError, ValueError) as exc:
+                _fail(out, i, self.name, type(exc).__name__, str(exc))
+        if not sources:
+            return
+        index = list(sources)
+        images = [sources[i][0] for i in index] * 2
+        masks = [sources[i][1] for i in index] * 2
+        seeds = [int(batch["seed"][i]) for i in index] * 2
+        prompts = [str(batch["phrase"][i]) for i in index]
+        prompts += [str(batch["negative_phrase"][i]) for i in index]
+        painted = self.inpainter.inpaint(images, masks, seeds, [""] * len(images), prompts)
+        for k, i in enumerate(index):
+            positive[i] = encode_png(painted[k])
+            negative[i] = encode_png(painted[len(index) + k])
