@@ -15,6 +15,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from chat_server import ChatServer
@@ -22,8 +23,6 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_manifest, synthetic_table
-
-pytestmark = pytest.mark.slow
 
 MARKED = {  # script -> how the source example must end (error stage, error type)
     "malformed_json": ("propose", "AnswerError"),
@@ -92,6 +91,7 @@ def _synth(server: ChatServer, data: Path, out: Path, models: tuple[Path, Path],
     return CliRunner().invoke(app, args)
 
 
+@pytest.mark.slow
 def test_biaug_builds_pairs_and_records_every_failure(
     local_ray, marked_coco, models, tmp_path, monkeypatch
 ) -> None:
@@ -162,3 +162,97 @@ def test_biaug_builds_pairs_and_records_every_failure(
         asked = [entry for entry in cut_server.log if entry.body_sha256 in answered]
     assert [entry.script for entry in asked] == ["rate_limit_once"] * len(asked)  # 429 again
     assert synthetic_table(tmp_path / "cut").equals(table)
+
+
+# --- the stages in this process (no Ray), and refusals before Ray starts ----------------------
+
+
+def _stage_batch(rows: list[dict]) -> dict:
+    from xmr.pipeline.stage import rows_to_batch
+
+    blank = {"error_stage": "", "error_type": "", "error": ""}
+    return rows_to_batch([{**row, **blank} for row in rows])
+
+
+def test_garbage_from_a_tiny_local_llm_fails_row_by_row(small_toyworld, tmp_path) -> None:
+    """``--llm hf`` with a tiny random causal LM: its answers are not JSON, so every example
+    ends as an error with its reason, and nothing crashes."""
+    from tiny_llm import save_tiny_chat_model
+
+    from xmr.data import read_dataset
+    from xmr.llm import LLMSpec
+    from xmr.pipeline import Resources
+    from xmr.synth.biaug_build import source_examples
+    from xmr.synth.biaug_stages import ProposeObjects
+    from xmr.synth.config import load_configs
+
+    config, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
+    llm = LLMSpec(backend="hf", model=str(save_tiny_chat_model(tmp_path / "llm")), device="cpu")
+    examples = source_examples(read_dataset("toyworld", small_toyworld, "train")[:4], config)
+    stage = ProposeObjects(config, llm, Resources(cpus=1), batch_size=4, device="cpu")
+    out = stage.run_local(_stage_batch(examples))
+    assert list(out["error_stage"]) == ["propose"] * 4
+    assert all(kind in ("AnswerError", "NoObjects") or kind.startswith("llm_")
+               for kind in out["error_type"])  # fmt: skip
+    assert all(out["error"])
+
+
+def test_render_fill_repaints_only_the_box_in_the_named_colours(small_toyworld) -> None:
+    """``--fill render`` (ToyWorld): the pair is the world's own image with the object re-drawn
+    in the phrase's colour and in the negative phrase's colour; outside the box nothing moves."""
+    from xmr.data import read_dataset
+    from xmr.data.images import decode_image, load_image
+    from xmr.data.toyworld.classes import palette
+    from xmr.pipeline import Resources
+    from xmr.synth.biaug_stages import InpaintPairs
+    from xmr.synth.config import load_configs
+
+    config, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
+    record = next(r for r in read_dataset("toyworld", small_toyworld, "train")
+                  if any(o.category == "car" for o in r.objects))  # fmt: skip
+    (car, *_) = [o for o in record.objects if o.category == "car"]
+    colours = list(palette("car"))
+    group = {
+        "key": f"{record.image_id}/0/car/color", "image_id": record.image_id, "caption_id": 0,
+        "source_caption": "a car", "path": str(record.path), "width": record.width,
+        "height": record.height, "object": "car", "category": "color",
+        "box": json.dumps(list(car.bbox)), "phrase": f"a {colours[0]} car",
+        "caption": f"a {colours[0]} car", "negative_phrase": f"a {colours[1]} car",
+        "negative_caption": f"a {colours[1]} car", "seed": 1,
+    }  # fmt: skip
+    unknown = {**group, "key": "x/0/unicorn/color", "object": "unicorn"}
+    stage = InpaintPairs(config, Resources(cpus=1), 2, world=str(small_toyworld))
+    out = stage.run_local(_stage_batch([group, unknown]))
+    assert out["error"][0] == "" and "not a ToyWorld class" in out["error"][1]
+    source = np.asarray(load_image(record.path), dtype=np.int16)
+    positive = np.asarray(decode_image(out["positive_image"][0]), dtype=np.int16)
+    negative = np.asarray(decode_image(out["negative_image"][0]), dtype=np.int16)
+    x, y, w, h = (round(v) for v in car.bbox)
+    outside = np.ones(source.shape[:2], dtype=bool)
+    outside[max(y - 1, 0) : y + h + 1, max(x - 1, 0) : x + w + 1] = False
+    for painted in (positive, negative):
+        assert np.array_equal(painted[outside], source[outside])
+    assert np.abs(positive - negative).sum() > 0  # another colour, the same object
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--llm", "vllm", "--llm-model", "m"], "--llm vllm"),
+        (["--fill", "telea"], "--fill 'telea' is not one of sd, render with --mode biaug"),
+        (["--dataset", "coco", "--data", ".", "--fill", "render"], "--fill render re-draws"),
+        (["--fill", "render", "--attributes", "shape"], "draws colours only"),
+        (["--attributes", "size"], "--attributes 'size'"),
+        (["--min-box-share", "0.9", "--max-box-share", "0.5"], "must be below --max-box-share"),
+        (["--llm-url", "ftp://x"], "--llm-url"),
+        (["--llm", "openai"], "--llm-model is required"),
+    ],
+)
+def test_bad_biaug_options_are_refused_before_ray_starts(
+    small_toyworld, tmp_path, flags: list[str], message: str
+) -> None:
+    args = ["synth", "--mode", "biaug", "--data", str(small_toyworld), "--out",
+            str(tmp_path / "out"), "--no-mlflow", *flags]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output

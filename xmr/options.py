@@ -208,7 +208,9 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, LookupError)
+USER_ERRORS = (
+    ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, LookupError, ImportError
+)
 """What bad input raises (``DataError`` is a ``ValueError``): one line, not a traceback."""
 
 

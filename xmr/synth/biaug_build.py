@@ -333,7 +333,13 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     # Every refusal that needs no cluster comes before Ray starts.
     saved = _saved_plan(out, fingerprint, digest)
     if saved is None:
-        llm.check_ready()
+        llm.check_ready()  # --llm vllm without vLLM: what to do instead
+        if llm.backend == "vllm":
+            raise ValueError(
+                "--llm vllm: this build does not run vLLM's Ray Data processor yet; serve the "
+                "model with `vllm serve MODEL` in vLLM's own environment and pass --llm openai "
+                "--llm-url http://HOST:8000/v1 --llm-model MODEL"
+            )
     executor = start_executor(runtime)
     busy: dict[str, float] = {}
     timings["plan"] = 0.0
