@@ -27,6 +27,7 @@ from xmr.data import DATASETS, read_dataset
 from xmr.data.synthetic import DATA_DIR, MANIFEST, ROW_SCHEMA
 from xmr.eval.config import EvalConfig
 from xmr.eval.options import EvalOptions, EvalOutputOptions
+from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
 from xmr.options import ClusterOptions, flag, option_fields
 from xmr.progress import PARTS
@@ -102,7 +103,7 @@ def test_eval_and_synth_flags_are_their_options(tmp_path: Path) -> None:
     for name in {f.name for f in option_fields(EvalOptions)} & config_fields:
         if name not in ("model", "metrics"):
             assert _default(EvalConfig, name) == _default(EvalOptions, name), name
-    assert _flags("synth") == _declared(SynthFile, SynthConfig, SynthRuntime)
+    assert _flags("synth") == _declared(SynthFile, SynthConfig, SynthRuntime, LLMSpec)
 
 
 @pytest.mark.parametrize("command", ["train", "eval", "synth"])

@@ -209,7 +209,12 @@ def fail(message: str) -> typer.Exit:
 
 
 USER_ERRORS = (
-    ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, LookupError, ImportError
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    LookupError,
+    ImportError,
 )
 """What bad input raises (``DataError`` is a ``ValueError``): one line, not a traceback."""
 
