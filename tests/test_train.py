@@ -12,6 +12,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from biaug_fixture import write_biaug_dprime
 
 from xmr.data import read_dataset
 from xmr.data.synthetic import read_manifest
@@ -94,6 +95,7 @@ def test_clip_trains_on_d_and_dprime_logs_to_mlflow_and_resumes(
     assert params["model.family"] == "clip" and params["loss.fair_alpha"] == "0.0"
     assert params["data.synth_ratio"] == "all"
     assert params["data.dprime_digest"] == read_manifest(small_dprime)["config_hash"]
+    assert params["data.synth_mode"] == "removal"
     assert run.data.tags["xmr.checkpoint"] == str(result.last_checkpoint)
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2]
     assert "final/test/odmap_at_1" in run.data.metrics
@@ -112,11 +114,21 @@ def test_clip_trains_on_d_and_dprime_logs_to_mlflow_and_resumes(
 
 
 def test_two_workers_train_data_parallel(local_ray, small_toyworld, tmp_path) -> None:
-    config = _config(small_toyworld, tmp_path / "runs", workers=2, epochs=1)
-    result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert result.metrics["epoch"] == 1 and "test/recall_i2t_at_1" in result.metrics
+    """On D ∪ a BiAug D′: over both workers and both epochs every positive trains in one batch
+    with its hard negative, and the ranks (which may pack different batch counts) keep step."""
+    dprime = write_biaug_dprime(small_toyworld, tmp_path / "biaug", pairs=24)
+    config = _config(small_toyworld, tmp_path / "runs", workers=2, synth=dprime)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = train(config, tracking_uri=uri)
+    assert result.metrics["epoch"] == 2 and "test/recall_i2t_at_1" in result.metrics
     state = torch.load(result.last_checkpoint, weights_only=True)["model"]
     assert not any(key.startswith("module.") for key in state)  # DDP wrapper not saved
+    client = mlflow.MlflowClient(uri)
+    pairs = client.get_metric_history(result.mlflow_run_id, "train/pairs_together")
+    assert [m.value for m in pairs] == [1.0, 1.0]
+    params = client.get_run(result.mlflow_run_id).data.params
+    assert (params["data.synth_mode"], params["data.hard_negatives"]) == ("biaug", "True")
+    assert params["data.pairs_synthetic"] == "48"
 
 
 def test_a_killed_worker_resumes_from_the_last_checkpoint(

@@ -2,13 +2,14 @@
 
 Layout of a D′ folder::
 
-    data/part-00000.parquet ...  the pairs (ROW_SCHEMA), shards in plan order
+    data/part-00000.parquet ...  the pairs (ROW_SCHEMA, or BIAUG_ROW_SCHEMA), shards in plan order
     errors.parquet                every failed row, with its stage and reason (ERROR_SCHEMA)
-    manifest.json                 config, its hash, counts (planned == written + errors), timings
+    manifest.json                 mode, config, its hash, counts (planned == written + errors)
     plan.parquet                  the planned rows (a rerun resumes without replanning)
+    reasons.parquet, llm_cache/   BiAug only: what a step left out and why; the LLM's answers
 
-``image`` holds PNG bytes of the whole synthetic image; ``removed_boxes`` are the ``[x, y, w, h]``
-pixel boxes that were filled.
+``image`` holds PNG bytes of the whole synthetic image; ``removed_boxes`` (``box`` for BiAug) are
+the ``[x, y, w, h]`` pixel boxes that were filled.
 """
 
 from __future__ import annotations
@@ -150,7 +151,10 @@ def synthetic_table(root: str | Path) -> pa.Table:
 
 
 def iter_synthetic(root: str | Path) -> Iterator[SyntheticPair]:
-    """The pairs of a finished D′ build, shard by shard (one shard in memory at a time)."""
+    """The pairs of a finished removal-mode D′ build, shard by shard (one shard in memory at a
+    time). A BiAug D′ has other columns: read it with :func:`synthetic_table`."""
+    if synthetic_mode(root) != "removal":
+        raise DataError(f"{root} is a BiAug D′: read its rows with synthetic_table()")
     for shard in synthetic_shards(root):
         try:
             table = pq.read_table(shard, schema=ROW_SCHEMA)

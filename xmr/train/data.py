@@ -7,12 +7,15 @@ is gender-neutral.
 
 D′ is mixed at ratio ``R`` (odmap paper §4.1): a seeded random subset of ``R·|D|`` pairs of D′
 (all of D′ when ``R`` is omitted or D′ is smaller: then the ratio trained on is below ``R``, and
-:func:`ratio_shortfall` says so).
+:func:`ratio_shortfall` says so). A BiAug D′ (``xmr synth --mode biaug``) is sampled by whole
+hard-negative pairs, never half of one, and its rows keep their ``group_id``
+(:mod:`xmr.train.batching` keeps a pair in one batch).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +25,16 @@ import pyarrow as pa
 import torch
 from PIL import Image
 
+from xmr.data.errors import DataError
 from xmr.data.images import decode_image, load_image
 from xmr.data.records import ImageRecord
-from xmr.data.synthetic import read_manifest, synthetic_table
+from xmr.data.synthetic import read_manifest, synthetic_mode, synthetic_table
 from xmr.eval.protocol import record_gender
 from xmr.metrics.gender_bias import gender_codes
 from xmr.models.base import Corpus, RetrievalModel
 from xmr.models.batch import TrainBatch
 from xmr.text.gender import caption_gender
+from xmr.train.batching import groups_of
 
 PAIR_SCHEMA = pa.schema(
     [
@@ -41,6 +46,7 @@ PAIR_SCHEMA = pa.schema(
         ("caption_neutral", pa.bool_()),
         ("source", pa.string()),  # "D" | "D′"
         ("entities", pa.map_(pa.string(), pa.string())),  # EI-CLIP: group -> entity
+        ("group_id", pa.string()),  # BiAug D′: the positive and its hard negative share it; else ""
     ]
 )
 
@@ -55,6 +61,7 @@ class TrainingData:
         synthetic: number of pairs from D′ (0 without ``--synth``).
         synthetic_available: pairs in D′ before sampling.
         dprime_digest: the D′ manifest's config hash ("" without D′).
+        synth_mode: how D′ was built, ``removal`` or ``biaug`` ("" without D′).
     """
 
     table: pa.Table
@@ -62,6 +69,7 @@ class TrainingData:
     synthetic: int
     synthetic_available: int
     dprime_digest: str
+    synth_mode: str
 
     @property
     def synth_ratio(self) -> float:
@@ -95,44 +103,101 @@ def original_pairs(records: Sequence[ImageRecord]) -> list[dict]:
                     "caption_neutral": caption_gender(caption) == "neutral",
                     "source": "D",
                     "entities": entities,
+                    "group_id": "",
                 }
             )
     return rows
 
 
+def sample_groups(group_ids: Sequence[str], count: int | None, seed: int) -> np.ndarray:
+    """Row indices of a seeded sample of at most ``count`` rows made of whole groups (all rows
+    when ``None``), in row order.
+
+    The groups (:func:`~xmr.train.batching.groups_of`) are drawn in a random order from
+    ``seed`` and taken while they fit in ``count``: a pair is never halved, so a sample may
+    hold one row less than ``count``.
+    """
+    if count is None or count >= len(group_ids):
+        return np.arange(len(group_ids))
+    groups = groups_of(group_ids)
+    taken: list[int] = []
+    for n in np.random.default_rng(seed).permutation(len(groups)):
+        if len(taken) + len(groups[n]) <= count:
+            taken += groups[n]
+        if len(taken) == count:
+            break
+    return np.sort(np.asarray(taken, dtype=np.int64))
+
+
 def synthetic_pairs(
     root: Path, count: int | None, seed: int, genders: Mapping[int, str]
-) -> tuple[pa.Table, int, str]:
+) -> tuple[pa.Table, int, str, str]:
     """A seeded sample of ``count`` pairs of the D′ build at ``root`` (all when ``None``).
 
     ``genders`` maps source image ids to their gender; a synthetic image keeps its source's
-    gender unless its persons were removed (then it is neutral). Returns ``(rows, available,
-    config hash)``; the sample is in D′'s key order.
+    gender unless its persons were removed (then it is neutral). A BiAug D′ is sampled by
+    whole groups (:func:`sample_groups`) and keeps its ``group_id``. Returns ``(rows,
+    available, config hash, mode)``; the sample is in D′'s key order.
+
+    Raises:
+        DataError: a BiAug group with more rows than a positive and its hard negative.
     """
     manifest = read_manifest(root)
+    mode = synthetic_mode(root)
     table = synthetic_table(root)
     available = table.num_rows
-    take = np.arange(available)
-    if count is not None and count < available:
-        take = np.sort(np.random.default_rng(seed).choice(available, size=count, replace=False))
+    if mode == "biaug":
+        group_ids = _pair_ids(root, table.column("group_id").to_pylist())
+        take = sample_groups(group_ids, count, seed)
+    else:
+        group_ids = [""] * available
+        take = np.arange(available)
+        if count is not None and count < available:
+            take = np.sort(np.random.default_rng(seed).choice(available, size=count, replace=False))
     table = table.take(pa.array(take, pa.int64()))
     sources = table.column("source_image_id").to_pylist()
-    removed = table.column("removed_classes").to_pylist()
+    if mode == "biaug":  # an object's attribute was repainted: whoever is in the image stays
+        image_genders = [genders.get(source, "neutral") for source in sources]
+    else:  # an image whose persons were removed is neutral
+        image_genders = [
+            "neutral" if "person" in gone else genders.get(source, "neutral")
+            for source, gone in zip(
+                sources, table.column("removed_classes").to_pylist(), strict=True
+            )
+        ]
     captions = table.column("caption").to_pylist()
     rows = {
         "image_id": [-(1 + int(i)) for i in take],
         "image_path": [""] * len(take),
         "image_png": table.column("image"),
         "caption": captions,
-        "image_gender": [
-            "neutral" if "person" in gone else genders.get(source, "neutral")
-            for source, gone in zip(sources, removed, strict=True)
-        ],
+        "image_gender": image_genders,
         "caption_neutral": [caption_gender(c) == "neutral" for c in captions],
         "source": ["D′"] * len(take),
         "entities": [[] for _ in take],
+        "group_id": [group_ids[i] for i in take],
     }
-    return pa.table(rows, schema=PAIR_SCHEMA), available, str(manifest.get("config_hash", ""))
+    digest = str(manifest.get("config_hash", ""))
+    return pa.table(rows, schema=PAIR_SCHEMA), available, digest, mode
+
+
+def _pair_ids(root: Path, group_ids: Sequence[str]) -> list[str]:
+    """The group ids of a BiAug D′'s rows, "" for a row whose partner is absent (it trains
+    as a row of no pair).
+
+    Raises:
+        DataError: a row without a group id, or a group of more than two rows.
+    """
+    sizes = Counter(group_ids)
+    for group_id, size in sizes.items():
+        if not group_id:
+            raise DataError(f"{root}: a BiAug D′ row has an empty group_id")
+        if size > 2:
+            raise DataError(
+                f"{root}: group_id {group_id!r} has {size} rows; a BiAug group is one positive "
+                "and its hard negative"
+            )
+    return [group_id if sizes[group_id] == 2 else "" for group_id in group_ids]
 
 
 def training_data(
@@ -144,20 +209,21 @@ def training_data(
     """D's pairs, plus ``synth_ratio·|D|`` pairs of D′ (all of it when the ratio is ``None``)."""
     original = pa.Table.from_pylist(original_pairs(records), schema=PAIR_SCHEMA)
     if synth is None:
-        return TrainingData(original, original.num_rows, 0, 0, "")
+        return TrainingData(original, original.num_rows, 0, 0, "", "")
     if synth_ratio is not None and synth_ratio < 0:
         raise ValueError(f"--synth-ratio must be >= 0, got {synth_ratio}")
     count = None if synth_ratio is None else round(synth_ratio * original.num_rows)
     genders = {record.image_id: record_gender(record) for record in records}
-    synthetic, available, digest = synthetic_pairs(Path(synth), count, seed, genders)
+    synthetic, available, digest, mode = synthetic_pairs(Path(synth), count, seed, genders)
     table = pa.concat_tables([original, synthetic])
-    return TrainingData(table, original.num_rows, synthetic.num_rows, available, digest)
+    return TrainingData(table, original.num_rows, synthetic.num_rows, available, digest, mode)
 
 
 def ratio_shortfall(data: TrainingData, synth_ratio: float | None) -> str | None:
     """What to tell the user when D′ held fewer than ``synth_ratio·|D|`` pairs (then all of D′
-    is used, at a lower ratio); None when the ratio asked for is the one trained on."""
-    if synth_ratio is None or data.synthetic >= round(synth_ratio * data.original):
+    is used, at a lower ratio); None when D′ had enough (a BiAug sample of whole pairs may
+    still hold one row less)."""
+    if synth_ratio is None or data.synthetic_available >= round(synth_ratio * data.original):
         return None
     return (
         f"--synth-ratio {synth_ratio:g} asks for {round(synth_ratio * data.original)} D′ pairs "
@@ -180,8 +246,9 @@ def _image(path: str, png: bytes) -> Image.Image:
     return load_image(path)
 
 
-def collate(rows: Mapping[str, np.ndarray], model: RetrievalModel) -> TrainBatch:
-    """Decode, transform and tokenise a batch of :data:`PAIR_SCHEMA` rows (numpy columns).
+def collate(rows: Mapping[str, Sequence | np.ndarray], model: RetrievalModel) -> TrainBatch:
+    """Decode, transform and tokenise a batch of :data:`PAIR_SCHEMA` rows (columns as numpy
+    arrays or lists).
 
     Raises ``DataError`` naming the image when one cannot be read.
     """

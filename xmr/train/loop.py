@@ -2,8 +2,11 @@
 
 Each epoch: iterate this worker's shard of the training table (seeded local shuffle), step the
 family's objective (DDP across workers), evaluate on rank 0 when due, and report metrics with a
-checkpoint (rank 0 writes it). A restarted worker group, or a rerun with the same run name,
-resumes from the latest checkpoint: weights, optimiser, scheduler, epoch and best score.
+checkpoint (rank 0 writes it). With a BiAug D′ the shard holds whole groups
+(:mod:`xmr.train.batching`): each batch keeps a positive with its hard negative, and the ranks
+step in lockstep (each may pack a different number of batches from its groups). A restarted
+worker group, or a rerun with the same run name, resumes from the latest checkpoint: weights,
+optimiser, scheduler, epoch and best score.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ import random
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import ray.train
 import ray.train.torch
 import torch
+import torch.distributed
 from ray.experimental.tqdm_ray import tqdm
 
 from xmr.data import read_dataset
@@ -30,14 +35,24 @@ from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
 from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
+from xmr.models.batch import TrainBatch
 from xmr.progress import ProgressLines
+from xmr.train.batching import (
+    GROUP_COLUMN,
+    batch_groups,
+    collate_ahead,
+    pairs_together,
+    rows_to_columns,
+    unpack_groups,
+)
 from xmr.train.config import TrainConfig
 from xmr.train.data import collate
 from xmr.train.optim import make_optimizer, make_scheduler
 
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
 STATE_FILE = "train_state.pt"  # optimiser, scheduler, epoch, best score, RNG states
-SHUFFLE_BUFFER = 2048  # rows in each worker's local shuffle buffer
+SHUFFLE_BUFFER = 2048  # rows (packed: groups) in each worker's local shuffle buffer
+Item = TypeVar("Item")
 
 
 def seed_everything(seed: int) -> None:
@@ -99,7 +114,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`), ``data_root`` (resolved dataset
     folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies),
     ``progress`` (rank 0's progress through each epoch: ``"bar"``, ``"lines"`` or ``"none"``;
-    the epoch line is always printed).
+    the epoch line is always printed), ``grouped`` (the shard's rows are packed groups,
+    :func:`xmr.train.batching.pack_groups`).
     """
     config = TrainConfig.from_dict(loop_config["config"])
     data_root = Path(loop_config["data_root"])
@@ -132,12 +148,15 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         objective, parallel_strategy_kwargs={"find_unused_parameters": True}
     )
     shard = ray.train.get_dataset_shard("train")
+    grouped = bool(loop_config["grouped"])
     batches = partial(
-        shard.iter_torch_batches,
-        batch_size=config.per_worker_batch,
-        collate_fn=partial(collate, model=model),
-        drop_last=True,
-        local_shuffle_buffer_size=SHUFFLE_BUFFER,
+        _epoch_batches,
+        shard,
+        config.per_worker_batch,
+        partial(collate, model=model),
+        grouped=grouped,
+        device=device,
+        world_size=context.get_world_size(),
     )
 
     for epoch in range(start_epoch, config.epochs):
@@ -145,13 +164,18 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         objective.train()
         totals: dict[str, float] = defaultdict(float)
         steps, samples, start = 0, 0, time.perf_counter()
+        pair_rows = [0, 0]  # rows of a hard-negative pair, those batched with their partner
         bar = (
             _epoch_progress(loop_config["progress"], steps_per_epoch, epoch, config.epochs)
             if rank == 0
             else None
         )
-        for batch in batches(local_shuffle_seed=config.seed * 1_009 + epoch):
+        for batch, (grouped_rows, together_rows) in batches(
+            shuffle_seed=config.seed * 1_009 + epoch
+        ):
             batch = batch.to(device, non_blocking=True)
+            pair_rows[0] += grouped_rows
+            pair_rows[1] += together_rows
             out = objective(batch)
             optimizer.zero_grad(set_to_none=True)
             out["loss"].backward()
@@ -173,6 +197,12 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             "train/steps": steps,
             **{f"train/{key}": total / max(1, steps) for key, total in totals.items()},
         }
+        if grouped:  # over all ranks: 1.0 with hard negatives, chance without
+            pairs = torch.tensor(pair_rows, dtype=torch.int64, device=device)
+            if context.get_world_size() > 1:
+                torch.distributed.all_reduce(pairs)
+            if pairs[0] > 0:
+                metrics["train/pairs_together"] = float(pairs[1] / pairs[0])
         last = epoch + 1 == config.epochs
         checkpoint_dir = None
         if rank == 0:
@@ -213,6 +243,64 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             else None,
             checkpoint_dir_name=f"epoch_{epoch + 1:04d}",
         )
+
+
+def _epoch_batches(
+    shard: ray.data.DataIterator,
+    batch_size: int,
+    collate_fn: Callable[[Mapping[str, Sequence]], TrainBatch],
+    *,
+    grouped: bool,
+    device: torch.device,
+    world_size: int,
+    shuffle_seed: int,
+) -> Iterator[tuple[TrainBatch, tuple[int, int]]]:
+    """One epoch of ``shard``'s batches of ``batch_size`` rows, each with its pair counts
+    (:func:`~xmr.train.batching.pairs_together`; ``(0, 0)`` when not ``grouped``).
+
+    Plain rows go through Ray Data's batching (``drop_last``: every rank gets as many batches).
+    Packed groups (``grouped``) are shuffled by Ray Data as whole groups, packed into batches
+    without splitting one, collated a batch ahead, and stepped in lockstep across ranks.
+    """
+    if not grouped:
+        plain = shard.iter_torch_batches(
+            batch_size=batch_size,
+            collate_fn=collate_fn,
+            drop_last=True,
+            local_shuffle_buffer_size=SHUFFLE_BUFFER,
+            local_shuffle_seed=shuffle_seed,
+        )
+        yield from ((batch, (0, 0)) for batch in plain)
+        return
+    chunks = shard.iter_batches(
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        local_shuffle_buffer_size=SHUFFLE_BUFFER,
+        local_shuffle_seed=shuffle_seed,
+    )
+    groups = (group for chunk in chunks for group in unpack_groups(chunk))
+
+    def collate_counted(rows: list[dict]) -> tuple[TrainBatch, tuple[int, int]]:
+        return collate_fn(rows_to_columns(rows)), pairs_together([r[GROUP_COLUMN] for r in rows])
+
+    collated = collate_ahead(batch_groups(groups, batch_size), collate_counted)
+    yield from _in_lockstep(collated, device, world_size)
+
+
+def _in_lockstep(items: Iterable[Item], device: torch.device, world_size: int) -> Iterator[Item]:
+    """``items`` while every rank still has one: all ranks stop at the shortest rank's count
+    (DDP needs the same number of steps on every rank)."""
+    iterator = iter(items)
+    while True:
+        item = next(iterator, None)
+        if world_size > 1:
+            more = torch.tensor([item is not None], dtype=torch.int32, device=device)
+            torch.distributed.all_reduce(more, op=torch.distributed.ReduceOp.MIN)
+            if not more.item():
+                return
+        if item is None:
+            return
+        yield item
 
 
 def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | ProgressLines | None:

@@ -35,6 +35,11 @@ class TrainOptions:
     split: str = option("train", "Training split.")
     synth: Path | None = option(None, "A D′ folder from `xmr synth` to train on D ∪ D′.")
     synth_ratio: float | None = option(None, "D′ pairs per pair of D (default: all of D′).", ge=0)
+    hard_negatives: bool = option(
+        True,
+        "A BiAug D′'s positive and its hard negative train in one batch "
+        "(--no-hard-negatives: shuffled freely, the paper's ablation).",
+    )
     fair_alpha: float = option(
         0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
     )

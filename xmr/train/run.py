@@ -11,6 +11,10 @@ Layout of a run under ``storage/name``::
 Rerunning the same name (same ``storage``) resumes from the latest checkpoint; a finished run
 only re-reports its final metrics. Worker failures restart the worker group from the latest
 checkpoint up to ``max_failures`` times.
+
+A BiAug D′ trains from the table packed by group (:func:`~xmr.train.batching.pack_groups`), so
+each positive shares a batch with its hard negative (``--no-hard-negatives``: every row a group
+of its own, the same path otherwise).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from xmr.tracking import (
     start_run,
     write_run_record,
 )
+from xmr.train.batching import pack_groups
 from xmr.train.config import TrainConfig
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
 from xmr.train.loop import MODEL_FILE, train_loop
@@ -186,8 +191,14 @@ def train(
     if not records:
         raise ValueError(f"{root}: split {config.split!r} has no usable images")
     data = training_data(records, config.synth, config.synth_ratio, config.seed)
+    if not config.hard_negatives and data.synth_mode != "biaug":
+        raise ValueError(
+            f"--no-hard-negatives applies to a BiAug D′ (`xmr synth --mode biaug`); {config.synth} "
+            f"was built by the {data.synth_mode} mode"
+        )
     if shortfall := ratio_shortfall(data, config.synth_ratio):
         print(shortfall)
+    grouped = data.synth_mode == "biaug"  # batches built from whole groups
     steps_per_epoch = data.table.num_rows // config.workers // config.per_worker_batch
     if steps_per_epoch < 1:
         raise ValueError(
@@ -203,6 +214,7 @@ def train(
         "data.pairs_synthetic": str(data.synthetic),
         "data.digest": data_digest(data.table),
         "data.dprime_digest": data.dprime_digest or "none",
+        "data.synth_mode": data.synth_mode or "none",
         # data.synth_ratio is the ratio asked for; D′ may have had fewer pairs
         **({"data.synth_ratio_used": f"{data.synth_ratio:.6g}"} if config.synth else {}),
     }
@@ -227,6 +239,7 @@ def train(
             "steps_per_epoch": steps_per_epoch,
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
             "progress": ("bar" if terminal else "lines") if progress else "none",
+            "grouped": grouped,
         },
         scaling_config=ray.train.ScalingConfig(
             num_workers=config.workers,
@@ -243,7 +256,13 @@ def train(
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             callbacks=[MlflowReporter(run, run_dir), *(callbacks or [])],
         ),
-        datasets={"train": ray.data.from_arrow(data.table)},
+        datasets={
+            "train": ray.data.from_arrow(
+                pack_groups(data.table, config.seed, config.hard_negatives)
+                if grouped
+                else data.table
+            )
+        },
         dataset_config=ray.train.DataConfig(
             execution_options=ray.data.ExecutionOptions(preserve_order=True)
         ),

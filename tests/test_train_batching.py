@@ -1,0 +1,314 @@
+"""Hard-negative batching (biaug paper §3.3, §5.1) without Ray: a BiAug D′ becomes training rows
+with a ``group_id``; whole groups are sampled, packed, sharded and batched, so a positive and
+its hard negative always share a batch on 1 and 2 workers, and ``--no-hard-negatives`` lets
+them part. D and a removal-mode D′ train as before."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.distributed
+import torch.multiprocessing
+from biaug_fixture import write_biaug_dprime
+
+from xmr.data import read_dataset
+from xmr.data.errors import DataError
+from xmr.data.synthetic import ERROR_SCHEMA, ROW_SCHEMA, synthetic_mode
+from xmr.data.toyworld import generate
+from xmr.eval.protocol import record_gender
+from xmr.train.batching import (
+    batch_groups,
+    collate_ahead,
+    groups_of,
+    pack_groups,
+    pairs_together,
+    rows_to_columns,
+    unpack_groups,
+)
+from xmr.train.config import resolve_config
+from xmr.train.data import PAIR_SCHEMA, ratio_shortfall, sample_groups, training_data
+from xmr.train.loop import _in_lockstep
+from xmr.train.options import TrainOptions
+from xmr.train.run import train
+
+PAIRS = 12  # hard-negative pairs in the fixture D′
+
+
+@pytest.fixture(scope="module")
+def tiny_world(tmp_path_factory) -> Path:
+    config = tmp_path_factory.mktemp("tiny-world-config") / "world.yaml"
+    config.write_text("splits: {train: 8, val: 2, test: 2}\n")
+    return generate(tmp_path_factory.mktemp("tiny-world") / "w", config, seed=3)
+
+
+@pytest.fixture(scope="module")
+def biaug_dprime(tiny_world, tmp_path_factory) -> Path:
+    return write_biaug_dprime(tiny_world, tmp_path_factory.mktemp("biaug") / "out", PAIRS)
+
+
+def _removal_dprime(world: Path, out: Path, manifest: dict) -> Path:
+    """A removal-mode D′ of one row per D image (``manifest`` as given: with or without mode)."""
+    rows = [
+        {
+            "key": f"{record.image_id:012d}/0",
+            "image": record.path.read_bytes(),
+            "caption": "a room.",
+            "source_image_id": record.image_id,
+            "source_caption_id": 0,
+            "source_caption": record.caption_texts[0],
+            "removed_classes": ["person"] if n % 2 else ["car"],
+            "kept_classes": [],
+            "removed_boxes": [[0.0, 0.0, 4.0, 4.0]],
+            "width": record.width,
+            "height": record.height,
+            "fill": "zero",
+            "caption_method": "prompt",
+        }
+        for n, record in enumerate(read_dataset("toyworld", world, "train"))
+    ]
+    (out / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=ROW_SCHEMA), out / "data/part-00000.parquet")
+    pq.write_table(ERROR_SCHEMA.empty_table(), out / "errors.parquet")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _mixed_groups(singles: int, pairs: int, seed: int) -> list[list[str]]:
+    """``singles`` groups of one and ``pairs`` groups of two, in a seeded order."""
+    groups = [[f"d{n}"] for n in range(singles)] + [[f"p{n}+", f"p{n}-"] for n in range(pairs)]
+    order = np.random.default_rng(seed).permutation(len(groups))
+    return [groups[n] for n in order]
+
+
+def _assert_whole(batches: list[list[str]], groups: list[list[str]]) -> None:
+    where = {row: n for n, batch in enumerate(batches) for row in batch}
+    for group in groups:
+        if group[0] in where:
+            assert {where.get(row) for row in group} == {where[group[0]]}, group
+
+
+@pytest.mark.parametrize("batch_size", [2, 3, 5, 8])
+def test_batches_are_full_and_never_split_a_group(batch_size: int) -> None:
+    groups = _mixed_groups(singles=40, pairs=30, seed=batch_size)
+    batches = list(batch_groups(groups, batch_size))
+    _assert_whole(batches, groups)
+    sizes = Counter(len(batch) for batch in batches)
+    if batch_size % 2 == 0:  # a single row in the batch always makes room for a pair
+        assert set(sizes) == {batch_size}
+    else:  # a run of pairs may leave one slot open
+        assert set(sizes) <= {batch_size, batch_size - 1} and sizes[batch_size] > 0.9 * len(batches)
+    rows = [row for batch in batches for row in batch]
+    assert len(rows) == len(set(rows)) and len(rows) > 100 - batch_size - 2  # only a tail left
+    assert batches == list(batch_groups(groups, batch_size))  # deterministic
+
+
+def test_only_pairs_and_an_odd_batch_size_give_batches_one_short() -> None:
+    groups = [[f"p{n}+", f"p{n}-"] for n in range(20)]
+    batches = list(batch_groups(groups, 5))
+    _assert_whole(batches, groups)
+    assert {len(batch) for batch in batches} == {4} and len(batches) == 9  # 4 rows left over
+    with pytest.raises(ValueError, match="group of 2 rows does not fit in a batch of 1"):
+        list(batch_groups(groups, 1))
+
+
+def test_pack_groups_keeps_every_row_once_and_each_pair_in_one_packed_row() -> None:
+    group_ids = ["", "a", "", "b", "a", "b", "c", "", "c"]
+    table = pa.table({"caption": [f"row {n}" for n in range(9)], "group_id": group_ids})
+    packed = pack_groups(table, seed=1)
+    assert packed.num_rows == 6 and packed.schema.field("caption").type == pa.list_(pa.string())
+    groups = list(unpack_groups(packed))
+    assert sorted(row["caption"] for group in groups for row in group) == sorted(
+        table.column("caption").to_pylist()
+    )
+    for group in groups:
+        ids = {row["group_id"] for row in group}
+        assert len(group) == (2 if ids - {""} else 1) and len(ids) == 1
+    assert list(unpack_groups(pack_groups(table, seed=1))) == groups
+    assert list(unpack_groups(pack_groups(table, seed=2))) != groups
+    singles = list(unpack_groups(pack_groups(table, seed=1, hard_negatives=False)))
+    assert len(singles) == 9 and all(len(group) == 1 for group in singles)
+    assert groups_of(group_ids) == [[0], [1, 4], [2], [3, 5], [6, 8], [7]]
+    assert pack_groups(table.slice(0, 0), seed=0).num_rows == 0
+
+
+def _shard_batches(
+    table: pa.Table, workers: int, batch_size: int, seed: int, hard_negatives: bool
+) -> list[list[list[dict]]]:
+    """What each worker trains on in one epoch, as the Ray path does it: packed groups cut into
+    ``workers`` equal contiguous shards, each shuffled by its own seed, then batched."""
+    packed = pack_groups(table, seed, hard_negatives)
+    per_worker = packed.num_rows // workers
+    epochs = []
+    for rank in range(workers):
+        shard = packed.slice(rank * per_worker, per_worker)
+        order = np.random.default_rng(seed * 1_009 + rank).permutation(shard.num_rows)
+        groups = list(unpack_groups(shard.take(pa.array(order))))
+        epochs.append(list(batch_groups(groups, batch_size)))
+    return epochs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_each_pair_lands_in_one_batch_on_one_worker(tiny_world, biaug_dprime, workers) -> None:
+    records = read_dataset("toyworld", tiny_world, "train")
+    data = training_data(records, biaug_dprime, seed=0)
+    assert data.synth_mode == "biaug" and data.synthetic == 2 * PAIRS
+    for seed in range(3):
+        batches = _shard_batches(data.table, workers, 6, seed, hard_negatives=True)
+        place: dict[str, set[tuple[int, int]]] = {}
+        for rank, epoch in enumerate(batches):
+            for n, batch in enumerate(epoch):
+                assert len(batch) == 6
+                for row in batch:
+                    if row["group_id"]:
+                        place.setdefault(row["group_id"], set()).add((rank, n))
+                grouped, together = pairs_together([row["group_id"] for row in batch])
+                assert grouped == together
+        assert place and all(len(spots) == 1 for spots in place.values())
+
+
+def test_no_hard_negatives_lets_pairs_part(tiny_world, biaug_dprime) -> None:
+    records = read_dataset("toyworld", tiny_world, "train")
+    data = training_data(records, biaug_dprime, seed=0)
+    split = 0
+    for seed in range(3):
+        (epoch,) = _shard_batches(data.table, 1, 6, seed, hard_negatives=False)
+        for batch in epoch:
+            grouped, together = pairs_together([row["group_id"] for row in batch])
+            split += grouped - together
+    assert split > 0
+
+
+def test_biaug_rows_keep_group_ids_and_their_source_gender(tiny_world, biaug_dprime) -> None:
+    records = read_dataset("toyworld", tiny_world, "train")
+    genders = {record.image_id: record_gender(record) for record in records}
+    assert synthetic_mode(biaug_dprime) == "biaug"
+    data = training_data(records, biaug_dprime, seed=0)
+    assert data.table.schema == PAIR_SCHEMA and data.dprime_digest == f"biaug-fixture-{PAIRS}"
+    original = data.table.filter(pa.compute.equal(data.table["source"], "D")).to_pylist()
+    assert original and all(row["group_id"] == "" for row in original)
+    synthetic = data.table.filter(pa.compute.equal(data.table["source"], "D′")).to_pylist()
+    assert Counter(Counter(row["group_id"] for row in synthetic).values()) == {2: PAIRS}
+    assert len({row["image_id"] for row in synthetic}) == 2 * PAIRS  # mutual negatives
+    sources = {int(row["group_id"].split("/")[0]) for row in synthetic}
+    assert "female" in {genders[source] for source in sources}
+    for row in synthetic:
+        assert row["image_gender"] == genders[int(row["group_id"].split("/")[0])]
+
+
+@pytest.mark.parametrize("wanted", [5, 10, 11, 17])
+def test_synth_ratio_samples_whole_pairs(tiny_world, biaug_dprime, wanted: int) -> None:
+    records = read_dataset("toyworld", tiny_world, "train")
+    ratio = wanted / sum(len(record.captions) for record in records)
+    data = training_data(records, biaug_dprime, ratio, seed=4)
+    assert data.synthetic == wanted - wanted % 2  # whole pairs only
+    assert ratio_shortfall(data, ratio) is None  # D′ had enough: nothing to report
+    synthetic = data.table.filter(pa.compute.equal(data.table["source"], "D′"))
+    assert set(Counter(synthetic.column("group_id").to_pylist()).values()) == {2}
+    again = training_data(records, biaug_dprime, ratio, seed=4)
+    assert again.table.column("caption").to_pylist() == data.table.column("caption").to_pylist()
+    ids = ["a", "a", "", "b", "b", "", "c", "c", ""]
+    samples = {tuple(sample_groups(ids, 4, seed)) for seed in range(20)}
+    assert len(samples) > 1
+    for sample in samples:
+        taken = Counter(ids[n] for n in sample if ids[n])
+        assert len(sample) in (3, 4) and set(taken.values()) <= {2}
+    assert list(sample_groups(ids, None, 0)) == list(range(9))
+
+
+def test_removal_dprime_and_plain_d_train_as_before(tiny_world, tmp_path) -> None:
+    records = read_dataset("toyworld", tiny_world, "train")
+    only_d = training_data(records)
+    assert only_d.synth_mode == "" and set(only_d.table.column("group_id").to_pylist()) == {""}
+    legacy = _removal_dprime(tiny_world, tmp_path / "legacy", {"config_hash": "h"})
+    named = _removal_dprime(tiny_world, tmp_path / "named", {"mode": "removal"})
+    assert synthetic_mode(legacy) == synthetic_mode(named) == "removal"
+    ratio = 5 / sum(len(record.captions) for record in records)
+    data = training_data(records, legacy, ratio, seed=3)
+    assert data.synth_mode == "removal"
+    # the sample the removal mode has always drawn: seeded rows, in key order
+    count = 5
+    take = np.sort(np.random.default_rng(3).choice(len(records), size=count, replace=False))
+    synthetic = data.table.slice(data.original).to_pylist()
+    assert [row["image_id"] for row in synthetic] == [-(1 + int(n)) for n in take]
+    assert all(row["group_id"] == "" for row in synthetic)
+    genders = [record_gender(records[int(n)]) for n in take]
+    assert [row["image_gender"] for row in synthetic] == [
+        "neutral" if n % 2 else gender for n, gender in zip(take, genders, strict=True)
+    ]  # odd rows removed their persons
+    bad = _removal_dprime(tiny_world, tmp_path / "bad", {"mode": "inpaint"})
+    with pytest.raises(DataError, match="unknown D′ mode 'inpaint'"):
+        training_data(records, bad)
+
+
+def test_a_lone_biaug_row_trains_alone_and_a_group_of_three_is_refused(tiny_world, tmp_path):
+    out = write_biaug_dprime(tiny_world, tmp_path / "out", 3)
+    shard = out / "data/part-00001.parquet"
+    table = pq.read_table(shard)
+    records = read_dataset("toyworld", tiny_world, "train")
+    pq.write_table(table.slice(1), shard)  # a positive whose hard negative is missing
+    data = training_data(records, out)
+    synthetic = data.table.slice(data.original).to_pylist()
+    assert Counter(Counter(row["group_id"] for row in synthetic).values()) == {2: 2, 1: 1}
+    assert "" in {row["group_id"] for row in synthetic}
+    pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), shard)
+    with pytest.raises(DataError, match=r"group_id '.*' has 3 rows"):
+        training_data(records, out)
+
+
+def test_the_hard_negatives_flag(tiny_world, biaug_dprime, tmp_path) -> None:
+    base = resolve_config("clip", data=tiny_world, synth=biaug_dprime, storage=tmp_path)
+    ablation = resolve_config(
+        "clip", data=tiny_world, synth=biaug_dprime, storage=tmp_path, hard_negatives=False
+    )
+    assert base.params()["data.hard_negatives"] == "True"
+    assert ablation.params()["data.hard_negatives"] == "False"
+    assert base.fingerprint() != ablation.fingerprint()
+    assert TrainOptions(synth=biaug_dprime, hard_negatives=False).config().hard_negatives is False
+    with pytest.raises(ValueError, match="--no-hard-negatives needs --synth"):
+        resolve_config("clip", data=tiny_world, hard_negatives=False)
+    removal = _removal_dprime(tiny_world, tmp_path / "removal", {"mode": "removal"})
+    config = resolve_config(
+        "clip", data=tiny_world, synth=removal, storage=tmp_path, hard_negatives=False
+    )
+    with pytest.raises(ValueError, match="--no-hard-negatives applies to a BiAug D′"):
+        train(config, tracking_uri=f"sqlite:///{tmp_path / 'never.db'}")  # before Ray starts
+
+
+def test_rows_to_columns_feed_collate_and_collate_ahead_keeps_order() -> None:
+    rows = [{"caption": "a", "group_id": "g"}, {"caption": "b", "group_id": "g"}]
+    assert rows_to_columns(rows) == {"caption": ["a", "b"], "group_id": ["g", "g"]}
+    assert pairs_together(["g", "", "h", "g"]) == (3, 2)
+    assert list(collate_ahead(range(7), lambda n: n * n)) == [n * n for n in range(7)]
+    ahead = collate_ahead(iter(range(100)), str)
+    assert next(ahead) == "0"
+    ahead.close()  # stopping early waits for the batch in flight, nothing hangs
+
+
+def _lockstep_rank(rank: int, port: int, counts: list[int], out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=len(counts))
+    try:
+        seen = list(_in_lockstep(range(counts[rank]), torch.device("cpu"), len(counts)))
+        Path(out, f"rank{rank}").write_text(json.dumps(seen))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ranks_with_different_batch_counts_stop_together(tmp_path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    counts = [5, 3]
+    torch.multiprocessing.spawn(_lockstep_rank, args=(port, counts, str(tmp_path)), nprocs=2)
+    seen = [json.loads((tmp_path / f"rank{rank}").read_text()) for rank in range(2)]
+    assert seen == [[0, 1, 2], [0, 1, 2]]
+    assert list(_in_lockstep(range(4), torch.device("cpu"), 1)) == [0, 1, 2, 3]
