@@ -2,8 +2,8 @@
 
 The stages of ``xmr synth --mode biaug`` run here without Ray, as ``Stage.run_local`` runs
 them (``setup()`` once, then ``process(batch)`` per batch), on inputs built as the build
-builds them (``source_examples`` for the planning rows, the build's ``_groups_of`` for the
-hard-negative groups):
+builds them (``source_examples`` for the planning rows, the build's ``hard_negative_groups``
+for the hard-negative groups):
 
 1. ``VerifyObjects`` (GroundingDINO + the §4.1 filters) on real COCO images (coco-mini), three
    proposals per image (the image's annotated classes, largest first, topped up with classes it
@@ -57,7 +57,7 @@ from xmr.data.toyworld.config import WorldConfig
 from xmr.data.toyworld.generate import generate
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import Batch, Stage, rows_to_batch
-from xmr.synth.biaug_build import _groups_of, source_examples
+from xmr.synth.biaug_build import hard_negative_groups, source_examples
 from xmr.synth.biaug_stages import InpaintPairs, VerifyObjects
 from xmr.synth.build import read_inputs
 from xmr.synth.config import SynthConfig, load_configs
@@ -179,7 +179,7 @@ def group_rows(
 ) -> list[dict]:
     """Hard-negative groups as the planning pass leaves them: one per record that ``pick``
     gives ``(object name, bbox, positive phrase, negative phrase)``, through the build's
-    ``_groups_of`` (same columns, keys and seeds)."""
+    ``hard_negative_groups`` (same columns, keys and seeds)."""
     groups = []
     for record, example in zip(records, source_examples(records, config), strict=True):
         chosen = pick(record)
@@ -202,7 +202,7 @@ def group_rows(
                 ]
             ),
         }
-        groups += _groups_of(rows_to_batch([decoupled]), 0, config.seed)
+        groups += hard_negative_groups(rows_to_batch([decoupled]), 0, config.seed)
     blank = {name: "" for name in ERROR_COLUMNS}
     return [{**group, **blank} for group in groups]
 

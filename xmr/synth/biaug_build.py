@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +76,9 @@ from xmr.synth.output import (
 )
 from xmr.synth.rows import row_seed
 from xmr.synth.stages import ERROR_COLUMNS
+
+if TYPE_CHECKING:  # the executor imports Ray: loaded only when a build runs
+    from xmr.pipeline.ray_executor import RayExecutor
 
 STAGES = ("read", "propose", "verify", "decouple", "inpaint")
 ROLES = ("positive", "negative")
@@ -126,7 +130,7 @@ def source_examples(records: list[ImageRecord], config: SynthConfig) -> list[dic
     return rows
 
 
-def _groups_of(batch: Batch, i: int, seed: int) -> list[dict]:
+def hard_negative_groups(batch: Batch, i: int, seed: int) -> list[dict]:
     """The hard-negative groups of source example ``i`` of a decoupled batch."""
     boxes = {v["name"]: v["bbox"] for v in json.loads(batch["verified"][i])}
     groups = []
@@ -170,7 +174,11 @@ def _reasons_of(batch: Batch, i: int) -> list[dict]:
 
 
 def plan_pass(
-    executor, examples: list[dict], config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec
+    executor: RayExecutor,
+    examples: list[dict],
+    config: SynthConfig,
+    runtime: SynthRuntime,
+    llm: LLMSpec,
 ) -> tuple[list[dict], list[dict], list[dict], dict[str, int], dict[str, float]]:
     """Propose, verify and decouple every source example.
 
@@ -178,8 +186,8 @@ def plan_pass(
     """
     if not examples:
         return [], [], [], {}, {}
-    llm_gpu = llm.backend == "hf"
-    place = placement(executor, 1 + int(llm_gpu), runtime)
+    llm_gpu = llm.backend == "hf"  # a local model: both LLM stages on GPUs when there are some
+    place = placement(executor, 1 + 2 * int(llm_gpu), runtime)
     detector_res = place.resources(True)
     llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
     llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
@@ -221,7 +229,7 @@ def plan_pass(
                     }
                 )
             else:
-                groups += _groups_of(batch, i, config.seed)
+                groups += hard_negative_groups(batch, i, config.seed)
     return groups, errors, reasons, dict(stats), dict(busy)
 
 
@@ -247,7 +255,7 @@ def _row(group: dict, role: str, image: bytes, fill: str) -> dict:
 
 
 def synth_pass(
-    executor,
+    executor: RayExecutor,
     groups: list[dict],
     shards: list[list[str]],
     pending: set[int],
