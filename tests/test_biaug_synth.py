@@ -10,12 +10,18 @@ job completes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow.parquet as pq
 import pytest
 from chat_server import ChatServer
@@ -76,9 +82,11 @@ def models(tmp_path_factory) -> tuple[Path, Path]:
     return build_tiny_grounding_dino(root / "gdino"), build_tiny_sd_inpainting(root / "sd")
 
 
-def _synth(server: ChatServer, data: Path, out: Path, models: tuple[Path, Path], uri: str):
+def _args(
+    server: ChatServer, data: Path, out: Path, models: tuple[Path, Path], uri: str
+) -> list[str]:
     detector, sd = models
-    args = [
+    return [
         "synth", "--mode", "biaug", "--dataset", "coco", "--data", str(data), "--limit", "10",
         "--out", str(out), "--llm", "openai", "--llm-url", server.url, "--llm-model", "scripted",
         "--llm-timeout", "2", "--llm-retries", "1", "--llm-backoff", "0.05",
@@ -88,7 +96,10 @@ def _synth(server: ChatServer, data: Path, out: Path, models: tuple[Path, Path],
         "--fill", "sd", "--sd-model", str(sd), "--sd-steps", "2", "--sd-resolution", "64",
         "--max-error-rate", "1", "--no-progress", "--tracking-uri", uri,
     ]  # fmt: skip
-    return CliRunner().invoke(app, args)
+
+
+def _synth(server: ChatServer, data: Path, out: Path, models: tuple[Path, Path], uri: str):
+    return CliRunner().invoke(app, _args(server, data, out, models, uri))
 
 
 @pytest.mark.slow
@@ -152,16 +163,36 @@ def test_biaug_builds_pairs_and_records_every_failure(
         assert again_server.log == []
     assert synthetic_table(tmp_path / "out").equals(table)
 
-    # Stopped after the LLM answered, plan and shards lost: the rerun asks nothing for a
-    # finished example (only the failed ones again) and writes what the whole build wrote.
-    shutil.copytree(tmp_path / "out" / "llm_cache", tmp_path / "cut" / "llm_cache")
-    answered = {entry.body_sha256 for entry in log if entry.status == 200}
-    with ChatServer(slow_s=4.0, retry_after="0.2", default=_answer) as cut_server:
-        cut = _synth(cut_server, marked_coco, tmp_path / "cut", models, uri)
-        assert cut.exit_code == 0, cut.output
-        asked = [entry for entry in cut_server.log if entry.body_sha256 in answered]
-    assert [entry.script for entry in asked] == ["rate_limit_once"] * len(asked)  # 429 again
-    assert synthetic_table(tmp_path / "cut").equals(table)
+    # Killed mid-way through the LLM calls, then rerun: no finished request is asked again,
+    # and the output is the uninterrupted build's.
+    with ChatServer(latency_s=0.3, slow_s=4.0, retry_after="0.2", default=_answer) as slow:
+        args = _args(slow, marked_coco, tmp_path / "killed", models, uri)
+        command = [sys.executable, "-m", "xmr.synth", *args[1:], "--llm-in-flight", "1"]
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+        build = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 300
+        while sum(entry.status == 200 for entry in slow.log) < 4:
+            assert build.poll() is None and time.monotonic() < deadline, "the build got nowhere"
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        family = [psutil.Process(build.pid), *psutil.Process(build.pid).children(recursive=True)]
+        for process in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(family, timeout=30)
+        finished = {
+            e.body_sha256 for e in slow.log if e.status == 200 and e.finished < killed_at - 1
+        }
+    assert finished and not (tmp_path / "killed" / "manifest.json").exists()
+    with ChatServer(slow_s=4.0, retry_after="0.2", default=_answer) as rerun_server:
+        rerun = CliRunner().invoke(app, _args(rerun_server, marked_coco, tmp_path / "killed",
+                                              models, uri))  # fmt: skip
+        assert rerun.exit_code == 0, rerun.output
+        asked_again = {entry.body_sha256 for entry in rerun_server.log}
+    assert not finished & asked_again
+    assert synthetic_table(tmp_path / "killed").equals(table)
 
 
 # --- the stages in this process (no Ray), and refusals before Ray starts ----------------------

@@ -237,6 +237,26 @@ def test_a_repeated_batch_is_answered_from_the_cache(
         cache.get("../../etc/passwd")
 
 
+def test_each_answer_is_cached_as_it_arrives(
+    server: ChatServer, api_key: str, tmp_path: Path
+) -> None:
+    """A batch killed while its slow request still waits keeps the answers it had: each is in
+    the cache as soon as it arrives, not when the whole batch is done."""
+    cache = ResponseCache(tmp_path / "cache")
+    chat = CachedChat(client(server, timeout_s=5.0, max_retries=0), cache)
+    batch = [ask("quick"), script("slow")]
+    stored_when_heard: dict[int, str | None] = {}
+
+    def heard(index: int, result) -> None:
+        stored_when_heard[index] = cache.get(cache_key("openai", "scripted-model", batch[index]))
+
+    results = chat.complete(batch, heard)
+    chat.close()
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert stored_when_heard[0] == "echo: quick"  # before the slow one was answered
+    assert server.log[0].user_text.startswith("quick")  # it did finish first
+
+
 WRITER = """
 import sys
 from pathlib import Path

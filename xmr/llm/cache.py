@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from xmr.llm.chat import ChatBackend, ChatRequest, ChatResult
+from xmr.llm.chat import ChatBackend, ChatRequest, ChatResult, ResultCallback
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -90,8 +90,11 @@ class CachedChat:
     def __repr__(self) -> str:
         return f"CachedChat({self.backend!r}, {self.cache!r})"
 
-    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """One result per request, in order; see the class."""
+    def complete(
+        self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None
+    ) -> list[ChatResult]:
+        """One result per request, in order; see the class. Each answer is stored as soon as
+        it arrives, so a job killed mid-batch asks again only what had not been answered."""
         keys = [cache_key(self.name, self.model, request) for request in requests]
         results: list[ChatResult | None] = []
         missing: dict[str, ChatRequest] = {}  # key -> request, first occurrence, in order
@@ -100,11 +103,24 @@ class CachedChat:
             results.append(None if text is None else ChatResult(text, "ok", "", 0, True))
             if text is None:
                 missing.setdefault(key, request)
+        for index, result in enumerate(results):
+            if result is not None and on_result is not None:
+                on_result(index, result)
         if missing:
-            answers = dict(zip(missing, self.backend.complete(list(missing.values())), strict=True))
-            for key, answer in answers.items():
+            asked = list(missing)
+            waiting = [i for i, r in enumerate(results) if r is None]
+
+            def store(position: int, answer: ChatResult) -> None:
                 if answer.ok:
-                    self.cache.put(key, answer.text)
+                    self.cache.put(asked[position], answer.text)
+                if on_result is not None:
+                    for index in waiting:
+                        if keys[index] == asked[position]:
+                            on_result(index, answer)
+
+            answers = dict(
+                zip(asked, self.backend.complete(list(missing.values()), store), strict=True)
+            )
             results = [
                 answers[key] if r is None else r for key, r in zip(keys, results, strict=True)
             ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -168,6 +168,10 @@ class ChatResult:
         return self.status == "ok"
 
 
+ResultCallback = Callable[[int, "ChatResult"], None]
+"""``on_result(index, result)``: told of each request's final result as soon as it is known."""
+
+
 @runtime_checkable
 class ChatBackend(Protocol):
     """An LLM that answers chat requests in batches.
@@ -180,9 +184,13 @@ class ChatBackend(Protocol):
     name: str
     model: str
 
-    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+    def complete(
+        self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None
+    ) -> list[ChatResult]:
         """One result per request, in order. A request that fails is a result with its status
-        and reason; only a misconfigured backend raises."""
+        and reason; only a misconfigured backend raises. ``on_result(index, result)`` is called
+        as soon as each result is final, before the whole batch is (what a cache keeps, so a
+        job killed mid-batch loses no answer it had)."""
         ...
 
     def close(self) -> None:

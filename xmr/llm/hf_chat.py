@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from jinja2 import TemplateError
 
-from xmr.llm.chat import ChatRequest, ChatResult, one_line
+from xmr.llm.chat import ChatRequest, ChatResult, ResultCallback, one_line
 from xmr.pretrained import local_model_dir, resolve_device
 
 if TYPE_CHECKING:
@@ -73,9 +73,12 @@ class HFChat:
         limit = getattr(self._model.config, "max_position_embeddings", None)
         return limit if isinstance(limit, int) and limit > 0 else None
 
-    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+    def complete(
+        self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None
+    ) -> list[ChatResult]:
         """Greedy answers, one per request, in order (the decoded new tokens, special tokens
-        dropped). Raises only when the model cannot be loaded."""
+        dropped). Raises only when the model cannot be loaded. ``on_result(index, result)``
+        hears of each generated batch's results as soon as it is done."""
         requests = list(requests)
         if not requests:
             return []
@@ -109,6 +112,8 @@ class HFChat:
             answers = self._generate([prompts[i] for i in chunk], [requests[i] for i in chunk])
             for index, answer in zip(chunk, answers, strict=True):
                 results[index] = answer
+                if on_result is not None:
+                    on_result(index, answer)
         return [result for result in results if result is not None]
 
     def _generate(self, prompts: list[str], requests: list[ChatRequest]) -> list[ChatResult]:

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from xmr.llm.chat import ChatRequest, ChatResult, one_line
+from xmr.llm.chat import ChatRequest, ChatResult, ResultCallback, one_line
 
 _CHUNK_BYTES = 64 * 1024
 _ERROR_BODY_BYTES = 64 * 1024  # read at most this much of a refusal, for its code and type
@@ -218,9 +218,12 @@ class OpenAIChat:
             f"max_retries={self.max_retries})"
         )
 
-    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+    def complete(
+        self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None
+    ) -> list[ChatResult]:
         """Answer ``requests`` concurrently; one result each, in order; never raises for a
-        request that fails (its result says why).
+        request that fails (its result says why). ``on_result(index, result)`` hears of each
+        result as soon as it is final.
 
         Raises:
             ValueError: the key variable holds characters a header cannot carry.
@@ -230,7 +233,7 @@ class OpenAIChat:
             return []
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self._complete_all(requests))
+        return self._loop.run_until_complete(self._complete_all(requests, on_result))
 
     def close(self) -> None:
         """Close the connections and the event loop (idempotent)."""
@@ -242,7 +245,9 @@ class OpenAIChat:
         self._loop.close()
         self._loop = None
 
-    async def _complete_all(self, requests: list[ChatRequest]) -> list[ChatResult]:
+    async def _complete_all(
+        self, requests: list[ChatRequest], on_result: ResultCallback | None
+    ) -> list[ChatResult]:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.max_in_flight)
@@ -254,18 +259,16 @@ class OpenAIChat:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         in_flight = asyncio.Semaphore(self.max_in_flight)
-        results = await asyncio.gather(
-            *(
-                self._request(self._session, in_flight, headers, request, self._jitter(index))
-                for index, request in enumerate(requests)
-            )
-        )
-        if key:  # defence in depth: no reason text may carry the key
-            results = [
-                ChatResult(r.text, r.status, r.error.replace(key, "***"), r.attempts, r.cached)
-                for r in results
-            ]
-        return list(results)
+
+        async def answer(index: int, request: ChatRequest) -> ChatResult:
+            r = await self._request(self._session, in_flight, headers, request, self._jitter(index))
+            if key:  # defence in depth: no reason text may carry the key
+                r = ChatResult(r.text, r.status, r.error.replace(key, "***"), r.attempts, r.cached)
+            if on_result is not None:
+                on_result(index, r)
+            return r
+
+        return list(await asyncio.gather(*(answer(i, r) for i, r in enumerate(requests))))
 
     def _payload(self, request: ChatRequest) -> bytes:
         payload: dict[str, object] = {
