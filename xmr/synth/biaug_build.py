@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from xmr import __version__
 from xmr.data.records import ImageRecord
-from xmr.data.synthetic import BIAUG_ROW_SCHEMA, MANIFEST
+from xmr.data.synthetic import BIAUG_ROW_SCHEMA
 from xmr.llm import LLMSpec
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
@@ -50,13 +50,16 @@ from xmr.synth.build import (
     ShardAssembler,
     SynthResult,
     add_busy,
+    check_same_build,
     data_root,
     inputs_hash,
     log_lines,
     placement,
     read_inputs,
+    run_figures,
     stage_device,
     start_executor,
+    write_manifest,
 )
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import (
@@ -66,12 +69,12 @@ from xmr.synth.output import (
     REASONS,
     check_out_dir,
     count_written,
+    error_record,
     error_table,
     finished_shards,
     merge_errors,
     shard_path,
     split_shards,
-    write_json_atomic,
     write_table_atomic,
 )
 from xmr.synth.rows import row_seed
@@ -220,14 +223,7 @@ def plan_pass(
             stats["kept_objects"] += len(json.loads(batch["verified"][i]))
             reasons += _reasons_of(batch, i)
             if batch["error"][i]:
-                errors.append(
-                    {
-                        "key": str(batch["key"][i]),
-                        "stage": str(batch["error_stage"][i]),
-                        "error_type": str(batch["error_type"][i]),
-                        "message": str(batch["error"][i]),
-                    }
-                )
+                errors.append(error_record(batch, i))
             else:
                 groups += hard_negative_groups(batch, i, config.seed)
     return groups, errors, reasons, dict(stats), dict(busy)
@@ -292,10 +288,7 @@ def synth_pass(
                 if key not in keys:
                     continue
                 if batch["error"][i]:
-                    error = {"key": key, "stage": str(batch["error_stage"][i]),
-                             "error_type": str(batch["error_type"][i]),
-                             "message": str(batch["error"][i])}  # fmt: skip
-                    assembler.add(key, None, error)
+                    assembler.add(key, None, {**error_record(batch, i), "key": key})
                 else:
                     assembler.add(key, _row(group, role, batch[column][i], config.fill), None)
         busy["write"] += time.perf_counter() - start
@@ -313,13 +306,7 @@ def _saved_plan(out: Path, fingerprint: str, digest: str) -> tuple | None:
         return None
     table = pq.read_table(out / PLAN)
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    for name, value in {"config_hash": fingerprint, "inputs_hash": digest}.items():
-        if metadata.get(name) != value:
-            what = "config" if name == "config_hash" else "input data"
-            raise ValueError(
-                f"--out {out} holds a D′ built from another {what} "
-                f"({name} {metadata.get(name)} != {value}); use a new --out"
-            )
+    check_same_build(out, metadata, fingerprint, digest)
     errors = pq.read_table(out / PLAN_ERRORS).to_pylist()
     reasons = pq.read_table(out / REASONS).to_pylist()
     return table.to_pylist(), errors, reasons, json.loads(metadata["statistics"])
@@ -405,19 +392,9 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
             "shards_resumed": len(done),
             "rows_this_run": rows_this_run,
         },
-        "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "busy_s": {k: round(v, 3) for k, v in busy.items()},
-        "rows_per_second": round(rows_this_run / timings["synthesize"], 2)
-        if rows_this_run and timings["synthesize"] > 0
-        else None,
+        **run_figures(timings, busy, rows_this_run),
     }
-    if manifest["planned"] != manifest["written"] + manifest["errors"]:
-        raise RuntimeError(
-            f"row accounting is off: planned {manifest['planned']} != written "
-            f"{manifest['written']} + errors {manifest['errors']} (please report this)"
-        )
-    write_json_atomic(manifest, out / MANIFEST)
-    return SynthResult(out=out, manifest=manifest)
+    return write_manifest(out, manifest)
 
 
 def _written_pairs(out: Path, shard_count: int) -> int:

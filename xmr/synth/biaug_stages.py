@@ -39,33 +39,19 @@ from xmr.llm import ChatRequest, ChatResult, LLMSpec, create_chat
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.removal.planning import box_mask
 from xmr.synth.config import SynthConfig
-from xmr.synth.stages import ERROR_COLUMNS, encode_png
+from xmr.synth.stages import (
+    encode_png,
+    fail_row,
+    failed_rows,
+    seconds_per_row,
+    with_error_columns,
+)
 
 GROUP_COLUMNS = (
     "key", "image_id", "caption_id", "source_caption", "path", "width", "height", "object",
     "category", "box", "phrase", "caption", "negative_phrase", "negative_caption", "seed",
 )  # fmt: skip
 """A hard-negative group: ``key`` is its ``group_id``, ``box`` the JSON ``[x, y, w, h]``."""
-
-
-def _failed(batch: Batch) -> np.ndarray:
-    return np.array([bool(e) for e in batch["error"]], dtype=bool)
-
-
-def _output(batch: Batch) -> Batch:
-    """The batch's columns, with error columns this stage may write to."""
-    out = dict(batch)
-    for name in ERROR_COLUMNS:
-        out[name] = np.array(batch[name], dtype=object).copy()
-    return out
-
-
-def _fail(out: Batch, i: int, stage: str, error_type: str, message: str) -> None:
-    out["error_stage"][i], out["error_type"][i], out["error"][i] = stage, error_type, message
-
-
-def _seconds(start: float, n: int) -> np.ndarray:
-    return np.full(n, (time.perf_counter() - start) / max(n, 1))
 
 
 class _LLMStage(Stage):
@@ -98,7 +84,7 @@ class _LLMStage(Stage):
 
     def _ask(self, batch: Batch, out: Batch) -> dict[int, ChatResult]:
         """The answers to the live rows' questions; rows whose call failed are failed here."""
-        live = [int(i) for i in np.flatnonzero(~_failed(batch))]
+        live = [int(i) for i in np.flatnonzero(~failed_rows(batch))]
         questions = {i: self._request(self.messages(batch, i)) for i in live}
         results = self.chat.complete(list(questions.values())) if questions else []
         answers: dict[int, ChatResult] = {}
@@ -107,7 +93,7 @@ class _LLMStage(Stage):
             if result.status == "ok":
                 answers[i] = result
             else:
-                _fail(out, i, self.name, f"llm_{result.status}", result.error)
+                fail_row(out, i, self.name, f"llm_{result.status}", result.error)
         return answers
 
     def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
@@ -126,20 +112,20 @@ class ProposeObjects(_LLMStage):
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["key"])
-        out = _output(batch)
+        out = with_error_columns(batch)
         out["objects"] = np.array(["[]"] * n, dtype=object)
         out["propose_attempts"] = np.zeros(n, dtype=np.int64)
         for i, result in self._ask(batch, out).items():
             try:
                 objects = parse_object_list(result.text, self.config.max_objects)
             except AnswerError as exc:
-                _fail(out, i, self.name, "AnswerError", f"object list: {exc}")
+                fail_row(out, i, self.name, "AnswerError", f"object list: {exc}")
                 continue
             if not objects:
-                _fail(out, i, self.name, "NoObjects", "the LLM proposed no object")
+                fail_row(out, i, self.name, "NoObjects", "the LLM proposed no object")
                 continue
             out["objects"][i] = json.dumps(objects)
-        out["seconds_propose"] = _seconds(start, n)
+        out["seconds_propose"] = seconds_per_row(start, n)
         return out
 
 
@@ -176,16 +162,16 @@ class VerifyObjects(Stage):
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["key"])
-        out = _output(batch)
+        out = with_error_columns(batch)
         out["verified"] = np.array(["[]"] * n, dtype=object)
         out["dropped"] = np.array(["[]"] * n, dtype=object)
-        for i in np.flatnonzero(~_failed(batch)):
+        for i in np.flatnonzero(~failed_rows(batch)):
             objects = json.loads(batch["objects"][i])
             try:
                 image = load_image(str(batch["path"][i]))
                 (found,) = self.detector.detect_each([image], [objects])
             except (DataError, RuntimeError, ValueError) as exc:
-                _fail(out, i, self.name, type(exc).__name__, str(exc))
+                fail_row(out, i, self.name, type(exc).__name__, str(exc))
                 continue
             kept, dropped = filter_proposals(
                 objects, found, int(batch["width"][i]), int(batch["height"][i]), self.rules
@@ -194,8 +180,8 @@ class VerifyObjects(Stage):
             out["dropped"][i] = json.dumps([asdict(d) for d in dropped])
             if not kept:
                 reasons = "; ".join(f"{d.name}: {d.reason}" for d in dropped)
-                _fail(out, i, self.name, "NoObjectVerified", f"no proposal kept ({reasons})")
-        out["seconds_verify"] = _seconds(start, n)
+                fail_row(out, i, self.name, "NoObjectVerified", f"no proposal kept ({reasons})")
+        out["seconds_verify"] = seconds_per_row(start, n)
         return out
 
 
@@ -215,7 +201,7 @@ class DecoupleAttributes(_LLMStage):
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["key"])
-        out = _output(batch)
+        out = with_error_columns(batch)
         out["attributes"] = np.array(["[]"] * n, dtype=object)
         out["rejected"] = np.array(["[]"] * n, dtype=object)
         out["decouple_attempts"] = np.zeros(n, dtype=np.int64)
@@ -225,13 +211,13 @@ class DecoupleAttributes(_LLMStage):
             try:
                 rows, rejected = parse_attribute_rows(result.text, names, categories)
             except AnswerError as exc:
-                _fail(out, i, self.name, "AnswerError", f"attribute table: {exc}")
+                fail_row(out, i, self.name, "AnswerError", f"attribute table: {exc}")
                 continue
             out["attributes"][i] = json.dumps([asdict(r) for r in rows])
             out["rejected"][i] = json.dumps([asdict(r) for r in rejected])
             if not rows:
-                _fail(out, i, self.name, "NoValidRow", f"none of {len(rejected)} rows was valid")
-        out["seconds_decouple"] = _seconds(start, n)
+                fail_row(out, i, self.name, "NoValidRow", f"none of {len(rejected)} rows was valid")
+        out["seconds_decouple"] = seconds_per_row(start, n)
         return out
 
 
@@ -293,10 +279,10 @@ class InpaintPairs(Stage):
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["key"])
-        out = _output(batch)
+        out = with_error_columns(batch)
         positive = np.array([b""] * n, dtype=object)
         negative = np.array([b""] * n, dtype=object)
-        live = [int(i) for i in np.flatnonzero(~_failed(batch))]
+        live = [int(i) for i in np.flatnonzero(~failed_rows(batch))]
         try:
             if self.oracle is not None:
                 self._render(batch, out, live, positive, negative)
@@ -305,9 +291,9 @@ class InpaintPairs(Stage):
         except (RuntimeError, ValueError) as exc:  # e.g. CUDA out of memory: the whole batch
             for i in live:
                 if not out["error"][i]:
-                    _fail(out, i, self.name, type(exc).__name__, str(exc))
+                    fail_row(out, i, self.name, type(exc).__name__, str(exc))
         out["positive_image"], out["negative_image"] = positive, negative
-        out["seconds_inpaint"] = _seconds(start, n)
+        out["seconds_inpaint"] = seconds_per_row(start, n)
         return out
 
     def _render(
@@ -324,7 +310,7 @@ class InpaintPairs(Stage):
                     for column in ("phrase", "negative_phrase")
                 ]
             except ValueError as exc:
-                _fail(out, i, self.name, "ValueError", str(exc))
+                fail_row(out, i, self.name, "ValueError", str(exc))
                 continue
             positive[i], negative[i] = (encode_png(image) for image in painted)
 
@@ -341,7 +327,7 @@ class InpaintPairs(Stage):
                     raise ValueError(f"box {box} covers no pixel")
                 sources[i] = (image, mask)
             except (DataError, ValueError) as exc:
-                _fail(out, i, self.name, type(exc).__name__, str(exc))
+                fail_row(out, i, self.name, type(exc).__name__, str(exc))
         if not sources:
             return
         index = list(sources)

@@ -355,15 +355,45 @@ def _saved_plan(
     if saved is None:
         return None
     rows, plan_errors, metadata = saved
-    expected = {"config_hash": config.fingerprint(), "inputs_hash": digest}
-    for name, value in expected.items():
+    check_same_build(out, metadata, config.fingerprint(), digest)
+    return rows, plan_errors.to_pylist()
+
+
+def check_same_build(out: Path, metadata: dict[str, str], config_hash: str, digest: str) -> None:
+    """Raise ValueError unless the plan saved in ``out`` (its ``metadata``) was made from this
+    config and these inputs: a rerun may only finish its own build."""
+    for name, value in {"config_hash": config_hash, "inputs_hash": digest}.items():
         if metadata.get(name) != value:
             raise ValueError(
                 f"--out {out} holds a D′ built from another "
                 f"{'config' if name == 'config_hash' else 'input data'} "
                 f"({name} {metadata.get(name)} != {value}); use a new --out"
             )
-    return rows, plan_errors.to_pylist()
+
+
+def run_figures(
+    timings: dict[str, float], busy: dict[str, float], rows_this_run: int
+) -> dict[str, object]:
+    """The manifest's ``timings_s``, ``busy_s`` (seconds per stage) and ``rows_per_second``."""
+    seconds = timings["synthesize"]
+    return {
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "busy_s": {k: round(v, 3) for k, v in busy.items()},
+        "rows_per_second": round(rows_this_run / seconds, 2)
+        if rows_this_run and seconds > 0
+        else None,
+    }
+
+
+def write_manifest(out: Path, manifest: dict) -> SynthResult:
+    """Check the row accounting (``planned == written + errors``) and write the manifest."""
+    if manifest["planned"] != manifest["written"] + manifest["errors"]:
+        raise RuntimeError(
+            f"row accounting is off: planned {manifest['planned']} != written "
+            f"{manifest['written']} + errors {manifest['errors']} (please report this)"
+        )
+    write_json_atomic(manifest, out / MANIFEST)
+    return SynthResult(out=out, manifest=manifest)
 
 
 def _shards_of(
@@ -459,19 +489,9 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
             "shards_resumed": len(done),
             "rows_this_run": rows_this_run,
         },
-        "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "busy_s": {k: round(v, 3) for k, v in busy.items()},
-        "rows_per_second": round(rows_this_run / timings["synthesize"], 2)
-        if rows_this_run and timings["synthesize"] > 0
-        else None,
+        **run_figures(timings, busy, rows_this_run),
     }
-    if manifest["planned"] != manifest["written"] + manifest["errors"]:
-        raise RuntimeError(
-            f"row accounting is off: planned {manifest['planned']} != written "
-            f"{manifest['written']} + errors {manifest['errors']} (please report this)"
-        )
-    write_json_atomic(manifest, out / MANIFEST)
-    return SynthResult(out=out, manifest=manifest)
+    return write_manifest(out, manifest)
 
 
 def synthesize_defaults(

@@ -45,19 +45,31 @@ def _blank_errors(n: int) -> dict[str, np.ndarray]:
     return {name: np.array([""] * n, dtype=object) for name in ERROR_COLUMNS}
 
 
-def _failed(batch: Batch) -> np.ndarray:
+def failed_rows(batch: Batch) -> np.ndarray:
     """``[B]`` bool: rows that an earlier stage already failed."""
     return np.array([bool(e) for e in batch["error"]], dtype=bool)
 
 
-def _seconds_per_row(start: float, n: int) -> np.ndarray:
+def seconds_per_row(start: float, n: int) -> np.ndarray:
     """``[n]`` float: each row's share of the time since ``start`` (``time.perf_counter``)."""
     return np.full(n, (time.perf_counter() - start) / max(n, 1))
 
 
 def _set_error(batch: Batch, i: int, stage: str, exc: BaseException) -> None:
-    batch["error_stage"][i] = stage
-    batch["error_type"][i], batch["error"][i] = _describe(exc)
+    fail_row(batch, i, stage, *_describe(exc))
+
+
+def fail_row(batch: Batch, i: int, stage: str, error_type: str, message: str) -> None:
+    """Mark row ``i`` of ``batch`` (whose error columns are writable) failed by ``stage``."""
+    batch["error_stage"][i], batch["error_type"][i], batch["error"][i] = stage, error_type, message
+
+
+def with_error_columns(batch: Batch) -> Batch:
+    """The batch's columns, with copies of its error columns for a stage to write to."""
+    out = dict(batch)
+    for name in ERROR_COLUMNS:
+        out[name] = np.array(batch[name], dtype=object).copy()
+    return out
 
 
 def encode_png(image: np.ndarray) -> bytes:
@@ -168,7 +180,7 @@ class DetectObjects(Stage):
                     record.split,
                 )
                 out["record"][i] = json.dumps(detected.to_dict())
-        out["seconds_detect"] = _seconds_per_row(start, n)
+        out["seconds_detect"] = seconds_per_row(start, n)
         return out
 
 
@@ -241,7 +253,7 @@ class PlanRows(Stage):
             name: np.array([r[name] for r in rows], dtype=object)
             for name in (*ROW_COLUMNS, *ERROR_COLUMNS)
         }
-        columns["seconds_plan"] = _seconds_per_row(start, len(rows))
+        columns["seconds_plan"] = seconds_per_row(start, len(rows))
         if "seconds_detect" in batch:  # carry the detector's time on to the planned rows
             columns["seconds_detect"] = np.full(
                 len(rows), float(np.sum(batch["seconds_detect"])) / max(len(rows), 1)
@@ -263,14 +275,6 @@ class _RowStage(Stage):
         super().__init__(resources, batch_size)
         self.config = config
         self.device = device
-
-    @staticmethod
-    def _output(batch: Batch) -> Batch:
-        """The batch's columns, with error columns this stage may write to."""
-        out = dict(batch)
-        for name in ERROR_COLUMNS:
-            out[name] = batch[name].copy()
-        return out
 
 
 class FillImages(_RowStage):
@@ -301,10 +305,10 @@ class FillImages(_RowStage):
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
-        out = self._output(batch)
+        out = with_error_columns(batch)
         n = len(batch["key"])
         images = np.array([b""] * n, dtype=object)
-        failed = _failed(batch)
+        failed = failed_rows(batch)
         sources: dict[int, tuple[PlannedRow, np.ndarray, np.ndarray]] = {}
         for i in np.flatnonzero(~failed):
             row = PlannedRow.from_batch(batch, i)
@@ -334,7 +338,7 @@ class FillImages(_RowStage):
                 for i in index:
                     _set_error(out, i, self.name, exc)
         out["image"] = images
-        out["seconds_fill"] = _seconds_per_row(start, n)
+        out["seconds_fill"] = seconds_per_row(start, n)
         return out
 
 
@@ -361,10 +365,10 @@ class WriteCaptions(_RowStage):
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
-        out = self._output(batch)
+        out = with_error_columns(batch)
         n = len(batch["key"])
         captions = np.array([""] * n, dtype=object)
-        todo = np.flatnonzero(~_failed(batch))
+        todo = np.flatnonzero(~failed_rows(batch))
         if self.captioner is None:
             for i in todo:
                 try:
@@ -385,5 +389,5 @@ class WriteCaptions(_RowStage):
                 for i in todo:
                     _set_error(out, i, self.name, exc)
         out["caption"] = captions
-        out["seconds_caption"] = _seconds_per_row(start, n)
+        out["seconds_caption"] = seconds_per_row(start, n)
         return out
