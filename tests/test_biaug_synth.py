@@ -192,6 +192,78 @@ def test_biaug_builds_pairs_and_records_every_failure(
     assert synthetic_table(tmp_path / "killed").equals(table)
 
 
+def _stand_in_vllm(asked: Path):
+    """Stands in for ``build_vllm_processor`` where vLLM cannot be installed (it pins another
+    torch): the same row contract through xmr's own row functions (``vllm_request_fields`` in,
+    ``vllm_result_row`` out), with the scripted answers as the engine's; a prompt carrying the
+    ``server_error`` marker fails in the engine (``__inference_error__``). The engine appends
+    each key it gets to the file ``asked`` (it runs in Ray's worker processes)."""
+    from xmr.llm.vllm import vllm_request_fields, vllm_result_row
+
+    def build(model: str, *, keep_columns, **settings):
+        assert settings["runtime_env"] == {"image_uri": "ray-llm"} and settings["batch_size"] == 4
+
+        def engine(row: dict) -> dict:
+            fields = vllm_request_fields(row)
+            text = fields["messages"][-1]["content"]
+            with asked.open("a") as log:
+                log.write(f"{row['key']}\n")
+            if "[[script:server_error]]" in text:
+                return {**row, **fields, "__inference_error__": "CUDA error: out of\nmemory"}
+            return {**row, **fields, "generated_text": _answer(text)}
+
+        def answer(dataset):
+            return dataset.map(engine).map(
+                vllm_result_row, fn_kwargs={"keep_columns": keep_columns}
+            )
+
+        return answer
+
+    return build
+
+
+def test_vllm_engine_passes_answer_through_the_cache(
+    local_ray, marked_coco, models, tmp_path, monkeypatch
+) -> None:
+    """``--llm vllm``: the engine answers every question of a planning step in one Ray Data
+    pass, each answer lands in the cache, the LLM stages parse it from there; an engine failure
+    ends its example as ``llm_engine_error`` with the reason on one line; a second plan asks
+    the engine nothing and gives the same groups."""
+    from xmr.llm import LLMSpec
+    from xmr.pipeline.ray_executor import RayExecutor
+    from xmr.synth import biaug_build
+    from xmr.synth.build import read_inputs
+    from xmr.synth.config import load_configs
+
+    log = tmp_path / "asked.txt"
+    monkeypatch.setattr(biaug_build, "build_vllm_processor", _stand_in_vllm(log))
+    config, runtime = load_configs(None, {
+        "mode": "biaug", "dataset": "coco", "data": marked_coco, "limit": 6,
+        "detector_model": str(models[0]), "box_threshold": 0.01, "text_threshold": 0.01,
+        "min_box_share": 0.001, "max_box_share": 1.0, "max_overlap": 1.0, "batch_size": 4,
+        "out": tmp_path / "out", "progress": False,
+    })  # fmt: skip
+    llm = LLMSpec(backend="vllm", model="org/model", runtime_env='{"image_uri": "ray-llm"}',
+                  batch_size=4, cache_dir=tmp_path / "cache")  # fmt: skip
+    llm.check_ready()
+    records, _ = read_inputs(config, marked_coco)
+    examples = biaug_build.source_examples(records, config)
+    executor = RayExecutor(progress=False)
+    groups, errors, _, stats, busy = biaug_build.plan_pass(executor, examples, config, runtime, llm)
+    assert stats["source_examples"] == len(examples) == 6 and busy["llm_engine"] > 0
+    before_decouple = sum(e["stage"] in ("propose", "verify") for e in errors)
+    asked = log.read_text().split()
+    assert len(asked) == len(set(asked)) == 6 + 6 - before_decouple  # each question once
+    (failed,) = [e for e in errors if e["error_type"] == "llm_engine_error"]
+    assert failed["stage"] == "propose" and failed["message"] == "CUDA error: out of memory"
+    assert groups and {g["phrase"].split()[1] for g in groups} == {"red"}
+    log.unlink()
+    again = biaug_build.plan_pass(executor, examples, config, runtime, llm)
+    assert again[0] == groups and again[1] == errors
+    # only the question the engine failed on is asked again (failures are not cached)
+    assert len(log.read_text().split()) == 1
+
+
 # --- the stages in this process (no Ray), and refusals before Ray starts ----------------------
 
 

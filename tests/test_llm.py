@@ -372,8 +372,26 @@ def test_vllm_is_refused_here_with_what_to_do(monkeypatch: pytest.MonkeyPatch) -
     check_vllm({"image_uri": "registry/ray-llm:latest"})  # its own environment: accepted
     with pytest.raises(ValueError, match="--llm-runtime-env must give"):
         check_vllm({"env_vars": {"A": "1"}})
-    with pytest.raises(ValueError, match="Ray Data processor"):
+    with pytest.raises(ValueError, match="reads its answers back from --llm-cache"):
         create_chat(LLMSpec(backend="vllm", model="some/model"))
+    with pytest.raises(ValueError, match="--llm-engine-kwargs must be a JSON object"):
+        LLMSpec(backend="vllm", engine_kwargs="[1]")
+
+
+def test_vllm_answers_are_read_back_through_the_cache(tmp_path: Path) -> None:
+    """The stages' side of ``--llm vllm``: what the engine pass answered comes from the cache
+    (no attempt), what it failed on is an ``engine_error`` with the engine's reason."""
+    from xmr.llm.vllm import BACKEND
+
+    answered, failed, unseen = (ChatRequest((("user", q),), max_tokens=4) for q in "abc")
+    cache = ResponseCache(tmp_path)
+    cache.put(cache_key(BACKEND, "org/m", answered), '["dog"]')
+    spec = LLMSpec(backend="vllm", model="org/m", cache_dir=tmp_path)
+    chat = create_chat(spec, engine_failures={cache_key(BACKEND, "org/m", failed): "OOM"})
+    results = chat.complete([answered, failed, unseen])
+    assert results[0] == ChatResult('["dog"]', "ok", "", 0, True)
+    assert results[1] == ChatResult("", "engine_error", "OOM", 1)
+    assert results[2].status == "engine_error" and "did not answer" in results[2].error
 
 
 def test_vllm_rows_carry_requests_and_report_failures() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from xmr.llm.cache import CachedChat, ResponseCache
 from xmr.llm.chat import ChatBackend
 from xmr.llm.hf_chat import HFChat
 from xmr.llm.openai_client import OpenAIChat, url_problem
-from xmr.llm.vllm import check_vllm
+from xmr.llm.vllm import EngineAnswers, check_vllm
 from xmr.options import check_options, option, resolve_paths
 from xmr.pretrained import local_model_dir
 
@@ -34,7 +35,8 @@ class LLMSpec:
 
     Which settings apply: ``url``, ``key_env``, ``max_in_flight``, ``timeout_s``,
     ``max_retries``, ``max_response_bytes``, ``backoff_s``, ``seed`` to ``openai``;
-    ``device`` and ``batch_size`` to ``hf``; ``batch_size`` and ``runtime_env`` to ``vllm``;
+    ``device`` and ``batch_size`` to ``hf``; ``batch_size``, ``runtime_env`` and
+    ``engine_kwargs`` to ``vllm``;
     ``cache_dir`` to all. Checked on construction (one-line ``ValueError`` naming the flag);
     :meth:`check_ready` adds the checks that need a model name or the environment.
     """
@@ -81,6 +83,11 @@ class LLMSpec:
         "JSON Ray runtime environment of the vLLM stage (an image or pip list with vLLM).",
         flag="llm-runtime-env",
     )
+    engine_kwargs: str | None = option(
+        None,
+        "JSON vLLM engine arguments (max_model_len, tensor_parallel_size, ...; --llm vllm).",
+        flag="llm-engine-kwargs",
+    )
 
     def __post_init__(self) -> None:
         check_options(self)
@@ -100,19 +107,16 @@ class LLMSpec:
                 f"--llm-device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}"
             )
         self.runtime_env_dict()
+        self.engine_kwargs_dict()
         resolve_paths(self)
 
     def runtime_env_dict(self) -> dict[str, Any] | None:
         """``runtime_env`` parsed (a JSON object), None when unset. Raises ``ValueError``."""
-        if self.runtime_env is None:
-            return None
-        try:
-            parsed = json.loads(self.runtime_env)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--llm-runtime-env is not valid JSON: {exc}") from exc
-        if not isinstance(parsed, dict):
-            raise ValueError("--llm-runtime-env must be a JSON object")
-        return parsed
+        return _json_object(self.runtime_env, "--llm-runtime-env")
+
+    def engine_kwargs_dict(self) -> dict[str, Any]:
+        """``engine_kwargs`` parsed (a JSON object), empty when unset. Raises ``ValueError``."""
+        return _json_object(self.engine_kwargs, "--llm-engine-kwargs") or {}
 
     def check_ready(self) -> None:
         """The checks a job runs before Ray starts: a model is named, a model folder exists,
@@ -131,21 +135,38 @@ class LLMSpec:
             check_vllm(self.runtime_env_dict())
 
 
-def create_chat(spec: LLMSpec, device: str | None = None) -> ChatBackend:
+def _json_object(text: str | None, flag: str) -> dict[str, Any] | None:
+    """``text`` parsed as a JSON object, None when unset; ``ValueError`` naming ``flag``."""
+    if text is None:
+        return None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{flag} is not valid JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{flag} must be a JSON object")
+    return parsed
+
+
+def create_chat(
+    spec: LLMSpec, device: str | None = None, engine_failures: Mapping[str, str] | None = None
+) -> ChatBackend:
     """The backend ``spec`` names, behind the response cache when ``spec.cache_dir`` is set.
 
     ``device``: where ``hf`` runs, overriding ``spec.device`` (a worker knows its GPU).
-    ``vllm`` is a Ray Data processor, not a chat backend: build it with
-    :func:`xmr.llm.vllm.build_vllm_processor`.
+    ``vllm`` runs as a Ray Data pass before the stages (:func:`xmr.llm.vllm.
+    build_vllm_processor`) that fills the cache; its chat backend reads that pass back
+    (:class:`~xmr.llm.vllm.EngineAnswers`, ``engine_failures`` being the pass's failures by
+    cache key), so it needs ``spec.cache_dir``.
     """
-    if spec.backend == "vllm":
-        raise ValueError(
-            "--llm vllm runs as a Ray Data processor (xmr.llm.vllm.build_vllm_processor), "
-            "not as a chat backend"
-        )
+    backend: ChatBackend
+    if spec.backend == "vllm":  # the engine ran in its own environment: nothing to check here
+        if spec.cache_dir is None or not spec.model:
+            raise ValueError("--llm vllm reads its answers back from --llm-cache (and --llm-model)")
+        backend = EngineAnswers(spec.model, engine_failures or {})
+        return CachedChat(backend, ResponseCache(spec.cache_dir))
     spec.check_ready()
     assert spec.model is not None  # check_ready
-    backend: ChatBackend
     if spec.backend == "openai":
         backend = OpenAIChat(
             spec.url,

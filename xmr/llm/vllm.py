@@ -9,6 +9,11 @@ Ray starts. :func:`build_vllm_processor` wires the processor: rows carry a ``req
 ``status`` (``ok`` or ``engine_error``) and ``error`` columns next to the kept ones: a failing
 row is reported (``should_continue_on_error``), never dropped and never fatal.
 
+A job asks the engine in one pass over the requests its cache cannot answer, storing each
+answer in the cache as it arrives; its LLM stages then read the answers back through
+:class:`EngineAnswers` behind that cache, so they parse and validate them exactly as the
+answers of the other backends.
+
 Ray is imported inside :func:`build_vllm_processor` only; the row functions are plain.
 """
 
@@ -19,10 +24,14 @@ import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from xmr.llm.chat import ChatRequest, one_line
+from xmr.llm.cache import cache_key
+from xmr.llm.chat import ChatRequest, ChatResult, ResultCallback, one_line
 
 if TYPE_CHECKING:
     from ray.data import Dataset
+
+BACKEND = "vllm"
+"""The backend name in cache keys."""
 
 RUNTIME_ENV_KEYS = ("image_uri", "container", "pip", "uv", "conda", "py_executable")
 """Runtime-environment fields that can give the vLLM stage a Python with vLLM in it."""
@@ -145,3 +154,44 @@ def build_vllm_processor(
         return processor(dataset).map(vllm_result_row, fn_kwargs={"keep_columns": keep})
 
     return answer
+
+
+class EngineAnswers:
+    """The vLLM engine's pass read back as a chat backend, behind the response cache.
+
+    What the engine answered is in the cache, so the :class:`~xmr.llm.cache.CachedChat` in
+    front answers it; a request that reaches this backend is one the engine failed on (its
+    reason from ``failures``) or never got (a job that changed its requests since the pass).
+
+    Args:
+        model: the model the engine ran (part of the cache keys).
+        failures: cache key (:func:`~xmr.llm.cache.cache_key` of ``"vllm"``, ``model``, the
+            request) -> the engine's one-line reason.
+    """
+
+    name = BACKEND
+
+    def __init__(self, model: str, failures: Mapping[str, str]) -> None:
+        self.model = model
+        self.failures = dict(failures)
+
+    def __repr__(self) -> str:
+        return f"EngineAnswers({self.model!r}, {len(self.failures)} failures)"
+
+    def complete(
+        self, requests: Sequence[ChatRequest], on_result: ResultCallback | None = None
+    ) -> list[ChatResult]:
+        """An ``engine_error`` result per request, with the engine's reason."""
+        results = []
+        for index, request in enumerate(requests):
+            reason = self.failures.get(
+                cache_key(BACKEND, self.model, request),
+                "the vLLM engine pass did not answer this request",
+            )
+            results.append(ChatResult("", "engine_error", reason, 1))
+            if on_result is not None:
+                on_result(index, results[-1])
+        return results
+
+    def close(self) -> None:
+        """Nothing to release."""

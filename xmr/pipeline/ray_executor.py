@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -204,4 +204,16 @@ class RayExecutor:
         ds = ray.data.from_items(rows, override_num_blocks=blocks)
         for stage, actors in stages:
             ds = map_stage(ds, stage, actors=actors)
+        yield from ds.iter_batches(batch_format="numpy", batch_size=None)
+
+    def transform(
+        self,
+        rows: list[dict],
+        transform: Callable[[ray.data.Dataset], ray.data.Dataset],
+        *,
+        blocks: int,
+    ) -> Iterator[Batch]:
+        """Apply a ready-made Ray Data transform (a ``ray.data.llm`` processor) to ``rows``
+        and yield its output batches as they finish, in input order."""
+        ds = transform(ray.data.from_items(rows, override_num_blocks=blocks))
         yield from ds.iter_batches(batch_format="numpy", batch_size=None)

@@ -22,6 +22,19 @@ def rows_to_batch(rows: Sequence[Mapping[str, object]]) -> Batch:
     return {key: np.array([row[key] for row in rows], dtype=object) for key in rows[0]}
 
 
+def batch_rows(batch: Batch) -> list[dict[str, object]]:
+    """A column batch -> row dicts of plain Python values (the inverse of :func:`rows_to_batch`).
+
+    >>> batch_rows({"key": np.array(["a", "b"]), "n": np.array([1, 2])})
+    [{'key': 'a', 'n': 1}, {'key': 'b', 'n': 2}]
+    """
+    columns = list(batch)
+    return [
+        {c: v.item() if isinstance(v, np.generic) else v for c, v in zip(columns, row, strict=True)}
+        for row in zip(*(batch[c] for c in columns), strict=True)
+    ]
+
+
 @dataclass(frozen=True)
 class Resources:
     """Resources one worker of a stage needs: CPU cores and GPUs (fractions allowed for GPUs)."""

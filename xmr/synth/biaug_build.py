@@ -13,6 +13,9 @@ Accounting: a unit of work is a source example that yields no group (its reason 
 example (a proposal the detector did not confirm or the filters removed, an invalid row of the
 LLM's table) is in ``reasons.parquet`` with its cause.
 
+``--llm vllm`` plans around two engine passes instead of asking from the LLM stages' actors
+(see :func:`plan_pass`).
+
 Resuming: the LLM's answers are cached on disk (``--llm-cache``, default ``<out>/llm_cache``),
 so a rerun pays for no call twice; a saved plan is reused, and only missing shards are redone.
 """
@@ -25,6 +28,7 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,17 +40,22 @@ import pyarrow.parquet as pq
 from xmr import __version__
 from xmr.data.records import ImageRecord
 from xmr.data.synthetic import BIAUG_ROW_SCHEMA
-from xmr.llm import LLMSpec
+from xmr.llm import ChatRequest, LLMSpec, ResponseCache, cache_key
+from xmr.llm.vllm import BACKEND as VLLM
+from xmr.llm.vllm import build_vllm_processor
 from xmr.pipeline import Resources, Stage
-from xmr.pipeline.stage import Batch
+from xmr.pipeline.stage import Batch, batch_rows
 from xmr.synth.biaug_stages import (
     GROUP_COLUMNS,
     DecoupleAttributes,
     InpaintPairs,
     ProposeObjects,
     VerifyObjects,
+    decouple_request,
+    propose_request,
 )
 from xmr.synth.build import (
+    Placement,
     ShardAssembler,
     SynthResult,
     add_busy,
@@ -189,26 +198,15 @@ def plan_pass(
     """
     if not examples:
         return [], [], [], {}, {}
-    llm_gpu = llm.backend == "hf"  # a local model: both LLM stages on GPUs when there are some
-    place = placement(executor, 1 + 2 * int(llm_gpu), runtime)
-    detector_res = place.resources(True)
-    llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
-    llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
-    llm_batch = max(runtime.batch_size, llm.max_in_flight)
-    stages: list[tuple[Stage, int]] = [
-        (ProposeObjects(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
-        (
-            VerifyObjects(config, detector_res, runtime.batch_size, stage_device(detector_res)),
-            place.actors(runtime.detect_actors, True, 1),
-        ),
-        (DecoupleAttributes(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
-    ]
+    busy: Counter = Counter()
+    if llm.backend == "vllm":
+        batches = _engine_plan(executor, examples, config, runtime, llm, busy)
+    else:
+        batches = _streamed_plan(executor, examples, config, runtime, llm)
     groups, errors, reasons = [], [], []
     stats: Counter = Counter()
-    busy: Counter = Counter()
     lines = log_lines(len(examples), "plan", "examples", runtime)
-    blocks = math.ceil(len(examples) / runtime.batch_size)
-    for batch in executor.stream(examples, stages, blocks=blocks):
+    for batch in batches:
         add_busy(busy, batch)
         if lines:
             lines.update(len(batch["key"]))
@@ -227,6 +225,112 @@ def plan_pass(
             else:
                 groups += hard_negative_groups(batch, i, config.seed)
     return groups, errors, reasons, dict(stats), dict(busy)
+
+
+def _streamed_plan(
+    executor: RayExecutor,
+    examples: list[dict],
+    config: SynthConfig,
+    runtime: SynthRuntime,
+    llm: LLMSpec,
+) -> Iterator[Batch]:
+    """The planning stages in one stream: the LLM stages ask their backend from their actors
+    (``openai``, ``hf``) while the detector verifies the rows already proposed."""
+    llm_gpu = llm.backend == "hf"  # a local model: both LLM stages on GPUs when there are some
+    place = placement(executor, 1 + 2 * int(llm_gpu), runtime)
+    llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
+    llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
+    llm_batch = max(runtime.batch_size, llm.max_in_flight)
+    stages: list[tuple[Stage, int]] = [
+        (ProposeObjects(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
+        _verify_stage(place, config, runtime),
+        (DecoupleAttributes(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
+    ]
+    blocks = math.ceil(len(examples) / runtime.batch_size)
+    return executor.stream(examples, stages, blocks=blocks)
+
+
+def _verify_stage(place: Placement, config: SynthConfig, runtime: SynthRuntime) -> tuple:
+    resources = place.resources(True)
+    stage = VerifyObjects(config, resources, runtime.batch_size, stage_device(resources))
+    return stage, place.actors(runtime.detect_actors, True, 1)
+
+
+def _engine_plan(
+    executor: RayExecutor,
+    examples: list[dict],
+    config: SynthConfig,
+    runtime: SynthRuntime,
+    llm: LLMSpec,
+    busy: Counter,
+) -> Iterator[Batch]:
+    """The planning stages around two vLLM engine passes (``--llm vllm``): the engine answers
+    every proposal question, the stream proposes and verifies, the engine answers every
+    attribute question of the verified rows, the stream decouples. The LLM stages read the
+    answers back from the cache (the GPUs are the engine's while it runs)."""
+    place = placement(executor, 1, runtime)
+    blocks = math.ceil(len(examples) / runtime.batch_size)
+    light = Resources(cpus=0.25)
+    questions = [propose_request(config, str(row["caption"])) for row in examples]
+    failures = _engine_pass(executor, questions, llm, runtime, busy)
+    propose = ProposeObjects(config, llm, light, runtime.batch_size, "cpu", failures)
+    proposed = [
+        row
+        for batch in executor.stream(
+            examples, [(propose, 1), _verify_stage(place, config, runtime)], blocks=blocks
+        )
+        for row in batch_rows(batch)
+    ]
+    questions = [
+        decouple_request(config, str(row["caption"]), str(row["verified"]))
+        for row in proposed
+        if not row["error"]
+    ]
+    failures = _engine_pass(executor, questions, llm, runtime, busy)
+    decouple = DecoupleAttributes(config, llm, light, runtime.batch_size, "cpu", failures)
+    yield from executor.stream(proposed, [(decouple, 1)], blocks=blocks)
+
+
+def _engine_pass(
+    executor: RayExecutor,
+    questions: list[ChatRequest],
+    llm: LLMSpec,
+    runtime: SynthRuntime,
+    busy: Counter,
+) -> dict[str, str]:
+    """Ask the vLLM engine every question the cache cannot answer, storing each answer as it
+    arrives (a killed job asks again only what was unanswered). Returns the engine's failures
+    by cache key; its time goes to ``busy["llm_engine"]``."""
+    assert llm.model is not None and llm.cache_dir is not None  # checked before Ray
+    start = time.perf_counter()
+    cache = ResponseCache(llm.cache_dir)
+    todo: dict[str, ChatRequest] = {}
+    for question in questions:
+        key = cache_key(VLLM, llm.model, question)
+        if key not in todo and cache.get(key) is None:
+            todo[key] = question
+    failures: dict[str, str] = {}
+    if todo:
+        processor = build_vllm_processor(
+            llm.model,
+            keep_columns=["key"],
+            batch_size=llm.batch_size,
+            concurrency=runtime.llm_actors or 1,
+            engine_kwargs=llm.engine_kwargs_dict(),
+            runtime_env=llm.runtime_env_dict(),
+        )
+        rows = [{"key": key, "request": question.to_json()} for key, question in todo.items()]
+        blocks = math.ceil(len(rows) / llm.batch_size)
+        for batch in executor.transform(rows, processor, blocks=blocks):
+            for key, status, response, error in zip(
+                batch["key"], batch["status"], batch["response"], batch["error"], strict=True
+            ):
+                if status == "ok":
+                    cache.put(str(key), str(response))
+                else:
+                    failures[str(key)] = str(error)
+    busy["llm_engine"] += time.perf_counter() - start
+    return failures
 
 
 def _row(group: dict, role: str, image: bytes, fill: str) -> dict:
@@ -280,9 +384,7 @@ def synth_pass(
         add_busy(busy, batch)
         if lines:
             lines.update(len(batch["key"]))
-        for i in range(len(batch["key"])):
-            group = {name: batch[name][i] for name in GROUP_COLUMNS}
-            group = {k: v.item() if isinstance(v, np.generic) else v for k, v in group.items()}
+        for i, group in enumerate(batch_rows(batch)):
             for role, column in zip(ROLES, ("positive_image", "negative_image"), strict=True):
                 key = f"{group['key']}/{role}"
                 if key not in keys:
@@ -290,7 +392,7 @@ def synth_pass(
                 if batch["error"][i]:
                     assembler.add(key, None, {**error_record(batch, i), "key": key})
                 else:
-                    assembler.add(key, _row(group, role, batch[column][i], config.fill), None)
+                    assembler.add(key, _row(group, role, group[column], config.fill), None)
         busy["write"] += time.perf_counter() - start
     assembler.check_complete()
     return dict(busy)
@@ -329,12 +431,6 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     saved = _saved_plan(out, fingerprint, digest)
     if saved is None:
         llm.check_ready()  # --llm vllm without vLLM: what to do instead
-        if llm.backend == "vllm":
-            raise ValueError(
-                "--llm vllm: this build does not run vLLM's Ray Data processor yet; serve the "
-                "model with `vllm serve MODEL` in vLLM's own environment and pass --llm openai "
-                "--llm-url http://HOST:8000/v1 --llm-model MODEL"
-            )
     executor = start_executor(runtime)
     busy: dict[str, float] = {}
     timings["plan"] = 0.0

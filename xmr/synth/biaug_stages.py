@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 import numpy as np
@@ -54,8 +54,31 @@ GROUP_COLUMNS = (
 """A hard-negative group: ``key`` is its ``group_id``, ``box`` the JSON ``[x, y, w, h]``."""
 
 
+def llm_request(config: SynthConfig, messages: Sequence[tuple[str, str]]) -> ChatRequest:
+    """The request a BiAug LLM stage sends: greedy, ``llm_max_tokens`` long, seeded."""
+    return ChatRequest(
+        tuple(messages), max_tokens=config.llm_max_tokens, temperature=0.0, seed=config.seed
+    )
+
+
+def propose_request(config: SynthConfig, caption: str) -> ChatRequest:
+    """What :class:`ProposeObjects` asks about ``caption``."""
+    return llm_request(config, object_proposal_messages(caption, config.max_objects))
+
+
+def decouple_request(config: SynthConfig, caption: str, verified: str) -> ChatRequest:
+    """What :class:`DecoupleAttributes` asks about ``caption`` and its ``verified`` objects
+    (the JSON column :class:`VerifyObjects` writes)."""
+    names = [v["name"] for v in json.loads(verified)]
+    return llm_request(config, attribute_messages(caption, names, config.attribute_categories()))
+
+
 class _LLMStage(Stage):
-    """A stage that asks the LLM one question per live row and reads the answers."""
+    """A stage that asks the LLM one question per live row and reads the answers.
+
+    ``engine_failures`` (``--llm vllm`` only): the failures of the engine pass that answered
+    these questions beforehand, by cache key (see :class:`xmr.llm.vllm.EngineAnswers`).
+    """
 
     def __init__(
         self,
@@ -64,28 +87,22 @@ class _LLMStage(Stage):
         resources: Resources,
         batch_size: int,
         device: str = "cpu",
+        engine_failures: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(resources, batch_size)
         self.config = config
         self.llm = llm
         self.device = device
+        self.engine_failures = engine_failures
         self.chat = None
 
     def setup(self) -> None:
-        self.chat = create_chat(self.llm, self.device)
-
-    def _request(self, messages: Sequence[tuple[str, str]]) -> ChatRequest:
-        return ChatRequest(
-            tuple(messages),
-            max_tokens=self.config.llm_max_tokens,
-            temperature=0.0,
-            seed=self.config.seed,
-        )
+        self.chat = create_chat(self.llm, self.device, self.engine_failures)
 
     def _ask(self, batch: Batch, out: Batch) -> dict[int, ChatResult]:
         """The answers to the live rows' questions; rows whose call failed are failed here."""
         live = [int(i) for i in np.flatnonzero(~failed_rows(batch))]
-        questions = {i: self._request(self.messages(batch, i)) for i in live}
+        questions = {i: self.request(batch, i) for i in live}
         results = self.chat.complete(list(questions.values())) if questions else []
         answers: dict[int, ChatResult] = {}
         for i, result in zip(questions, results, strict=True):
@@ -96,7 +113,8 @@ class _LLMStage(Stage):
                 fail_row(out, i, self.name, f"llm_{result.status}", result.error)
         return answers
 
-    def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
+    def request(self, batch: Batch, i: int) -> ChatRequest:
+        """What to ask about row ``i``."""
         raise NotImplementedError
 
 
@@ -106,8 +124,8 @@ class ProposeObjects(_LLMStage):
 
     name = "propose"
 
-    def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
-        return object_proposal_messages(str(batch["caption"][i]), self.config.max_objects)
+    def request(self, batch: Batch, i: int) -> ChatRequest:
+        return propose_request(self.config, str(batch["caption"][i]))
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
@@ -193,10 +211,8 @@ class DecoupleAttributes(_LLMStage):
 
     name = "decouple"
 
-    def messages(self, batch: Batch, i: int) -> Sequence[tuple[str, str]]:
-        names = [v["name"] for v in json.loads(batch["verified"][i])]
-        categories = self.config.attribute_categories()
-        return attribute_messages(str(batch["caption"][i]), names, categories)
+    def request(self, batch: Batch, i: int) -> ChatRequest:
+        return decouple_request(self.config, str(batch["caption"][i]), str(batch["verified"][i]))
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()

@@ -217,7 +217,9 @@ class SynthRuntime:
     detect_actors: int | None = option(None, "Detection actors.", ge=1)
     fill_actors: int | None = option(None, "Fill actors.", ge=1)
     caption_actors: int | None = option(None, "Caption actors.", ge=1)
-    llm_actors: int | None = option(None, "biaug: actors of each LLM stage.", ge=1)
+    llm_actors: int | None = option(
+        None, "biaug: actors of each LLM stage (vllm: engine replicas).", ge=1
+    )
     gpus_per_actor: float = option(
         1.0, "GPUs per actor of a GPU stage (sd, captioner).", gt=0, le=8
     )
