@@ -7,13 +7,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
 
-import mlflow
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -30,7 +28,6 @@ from xmr.eval.options import EvalOptions, EvalOutputOptions
 from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
 from xmr.options import ClusterOptions, flag, option_fields
-from xmr.progress import PARTS
 from xmr.synth.command import SynthFile
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
@@ -262,45 +259,6 @@ def test_a_ratio_beyond_dprime_says_how_much_it_used(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_train_with_relative_paths_runs_on_the_ray_workers(tmp_path: Path) -> None:
-    """``xmr data toyworld --out world && xmr train --data world ... | tee log`` from the folder
-    that holds ``world/`` (the workers run elsewhere); a --synth-ratio beyond D′ is said and
-    logged; progress in the log is a few whole lines."""
-    _tiny_world(tmp_path)
-    _small_dprime(tmp_path / "dprime", tmp_path / "world", pairs=4)
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "xmr.cli", "train", "--dataset", "toyworld", "--data", "world",
-         "--synth", "dprime", "--synth-ratio", "2", "--epochs", "1", "--batch-size", "8",
-         "--storage", "runs", "--name", "relative", "--tracking-uri", "sqlite:///mlflow.db"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        timeout=900,
-    )  # fmt: skip
-    log = done.stdout  # as `| tee` or a job log sees it: not a terminal
-    assert done.returncode == 0, log[-4000:]
-    assert "--synth-ratio 2 asks for" in log
-    # Progress in a log: a line per tenth of the epoch, no bars (tqdm_ray's nor Ray Data's),
-    # the epoch line once, no PlacementGroupCleaner traceback or warnings.
-    assert 1 <= len(re.findall(r"\d+%", log)) <= PARTS, log[-4000:]
-    assert re.search(r"epoch 1/1: 100% \((\d+)/\1 steps, ", log), log[-4000:]
-    assert len(re.findall(r"epoch 1/1 \| loss", log)) == 1
-    assert "PlacementGroupCleaner" not in log, log[-4000:]
-    lines = log.splitlines()
-    tracebacks = [i for i, line in enumerate(lines) if "Traceback" in line]
-    # Only Ray Train's own warning when its autoscaling coordinator answers late (a loaded
-    # machine), which says it is safe to ignore.
-    assert all("Failed to send resource request" in lines[i - 1] for i in tracebacks), log[-4000:]
-    assert (tmp_path / "runs" / "relative" / "last.pt").is_file()
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("xmr/train/toyworld").experiment_id])
-    params = run.data.params
-    original = int(params["data.pairs_original"])
-    assert params["data.synth_ratio"] == "2.0"  # asked for
-    assert float(params["data.synth_ratio_used"]) == pytest.approx(4 / original, rel=1e-4)
-    assert params["data.root"] == str(tmp_path / "world")
-
-
 def test_gitignore_covers_every_default_output_folder() -> None:
     from xmr.cli import DemoOptions
     from xmr.synth.config import DEFAULT_OUT

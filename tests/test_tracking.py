@@ -27,7 +27,12 @@ def test_tracking_uri_order(monkeypatch, tmp_path: Path) -> None:
     assert resolve_tracking_uri() == f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
     assert resolve_tracking_uri() == "http://127.0.0.1:5000"
-    assert resolve_tracking_uri("sqlite:///x.db") == "sqlite:///x.db"
+    # A relative sqlite path is the working directory's: a run record written from here
+    # finds its store again from anywhere, and under an absolute URI naming the same file.
+    assert resolve_tracking_uri("sqlite:///x.db") == f"sqlite:///{tmp_path / 'x.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///runs/m.db?timeout=5")
+    assert resolve_tracking_uri() == f"sqlite:///{tmp_path / 'runs/m.db'}?timeout=5"
+    assert resolve_tracking_uri("sqlite:///:memory:") == "sqlite:///:memory:"
 
 
 def test_start_run_puts_artifacts_beside_the_database(tmp_path: Path, monkeypatch) -> None:

@@ -41,13 +41,36 @@ RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
-    """The tracking URI a command uses (see module docstring for the order)."""
+    """The tracking URI a command uses (see module docstring for the order), with a relative
+    sqlite path made absolute against the working directory, so that the runs a command
+    records find their store again from anywhere (:func:`absolute_sqlite_uri`)."""
     if uri:
-        return uri
+        return absolute_sqlite_uri(uri)
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
-        return env
+        return absolute_sqlite_uri(env)
     return f"sqlite:///{Path.cwd() / DEFAULT_DB}"
+
+
+def absolute_sqlite_uri(uri: str) -> str:
+    """``sqlite:///relative.db`` -> ``sqlite:////<working directory>/relative.db``; any other
+    URI (an absolute sqlite path, in-memory sqlite, a server) as it is.
+
+    >>> absolute_sqlite_uri("sqlite:////data/mlflow.db")
+    'sqlite:////data/mlflow.db'
+    >>> absolute_sqlite_uri("http://127.0.0.1:5000")
+    'http://127.0.0.1:5000'
+    """
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return uri
+    path, query = uri.removeprefix(prefix), ""
+    if "?" in path:
+        path, query = path.split("?", 1)
+        query = f"?{query}"
+    if not path or path.startswith("/") or path == ":memory:":
+        return uri
+    return f"{prefix}{Path(path).absolute()}{query}"
 
 
 def experiment_name(command: str, subject: str) -> str:
@@ -223,9 +246,12 @@ def resume_run(run_id: str, *, tracking_uri: str | None = None) -> Iterator[Trac
         yield run
 
 
-def recorded_run(record: Path, id_key: str, tracking_uri: str) -> TrackedRun | None:
+def recorded_run(
+    record: Path, id_key: str, tracking_uri: str, *, reopen: bool = True
+) -> TrackedRun | None:
     """The run that ``record`` (written by :func:`write_run_record`) remembers under
-    ``id_key``, reopened (RUNNING); None when there is no record or it is of another store.
+    ``id_key``, reopened (RUNNING) unless ``reopen`` is False; None when there is no record or
+    it is of another store.
 
     Raises LookupError when the store no longer has that run (its database was removed, or
     the run deleted): resuming would log into nothing.
@@ -247,7 +273,8 @@ def recorded_run(record: Path, id_key: str, tracking_uri: str) -> TrackedRun | N
             f"{record} remembers MLflow run {run.run_id}, which {tracking_uri} no longer has; "
             f"remove {record.parent} (or pick another name) to start over"
         )
-    run.end("RUNNING")
+    if reopen:
+        run.end("RUNNING")
     return run
 
 

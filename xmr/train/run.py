@@ -51,6 +51,7 @@ from xmr.train.loop import MODEL_FILE, train_loop
 
 RUN_FILE = "xmr_run.json"
 RUN_ID_KEY = "mlflow_run_id"  # the MLflow run's id in RUN_FILE
+FINAL_METRICS_KEY = "final_metrics"  # in RUN_FILE once training has finished
 TRAIN_PRINT_PATCH = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train passes it on to the workers
 
 
@@ -142,6 +143,17 @@ def _check_same_config(config: TrainConfig, run_dir: Path) -> None:
         )
 
 
+def _finished_run(run_dir: Path, tracking_uri: str) -> tuple[dict[str, float], str] | None:
+    """``(final metrics, MLflow run id)`` of the run that finished training in ``run_dir`` and
+    logged to ``tracking_uri``; None when it did not finish (or logged elsewhere)."""
+    record = run_dir / RUN_FILE
+    if not record.is_file() or not (run_dir / "last.pt").is_file():
+        return None
+    metrics = json.loads(record.read_text()).get(FINAL_METRICS_KEY)
+    run = recorded_run(record, RUN_ID_KEY, tracking_uri, reopen=False) if metrics else None
+    return None if run is None else ({k: float(v) for k, v in metrics.items()}, run.run_id)
+
+
 def _log_inputs(run: TrackedRun, data: TrainingData, config: TrainConfig, root: Path) -> None:
     """D and the D′ sample as MLflow dataset inputs (metadata only, no pixels)."""
     table = data.table.select(["image_id", "caption", "source", "image_gender"]).to_pandas()
@@ -179,6 +191,10 @@ def train(
     ``progress``: the per-epoch progress of rank 0 (sweeps keep only the epoch lines): a bar
     when standard output is a terminal, else a line per tenth of the epoch.
 
+    The same config again (same ``name`` and storage, same store) resumes an unfinished run
+    from its last checkpoint; a finished one comes back at once with its recorded final
+    metrics, without Ray (except a sweep's trial, whose ``callbacks`` must hear its reports).
+
     Raises:
         ValueError / FileNotFoundError: bad config or data, before any worker starts.
         ray.train.TrainingFailedError: the workers failed more than ``max_failures`` times.
@@ -208,6 +224,18 @@ def train(
 
     uri = resolve_tracking_uri(tracking_uri)
     experiment = experiment or experiment_name("train", config.dataset)
+    finished = None if callbacks else _finished_run(run_dir, uri)
+    if finished is not None:
+        metrics, run_id = finished
+        print(
+            f"{config.name}: trained to epoch {int(metrics.get('epoch', config.epochs))} before; "
+            f"its results are reused (remove {run_dir} to train it again)"
+        )
+        best = run_dir / "best.pt"
+        return TrainResult(
+            metrics, run_dir, run_dir / "last.pt", best if best.is_file() else None, run_id, data,
+            experiment,
+        )  # fmt: skip
     run = _mlflow_run(config, run_dir, uri, dict(tags or {}), experiment, parent_run_id)
     params = {
         "data.pairs_original": str(data.original),
@@ -280,5 +308,7 @@ def train(
             run.set_tag("xmr.best_checkpoint", str(best))
         if not run.has_dataset_inputs():
             _log_inputs(run, data, config, root)
+    record = {"config": config.to_dict(), FINAL_METRICS_KEY: metrics}
+    write_run_record(run_dir / RUN_FILE, run, RUN_ID_KEY, record)  # finished: a rerun reuses it
     best_checkpoint = best if best.is_file() else None
     return TrainResult(metrics, run_dir, last, best_checkpoint, run.run_id, data, experiment)
