@@ -168,16 +168,27 @@ _REFUSALS = [
     (["demo", "--epochs", "0"], "--epochs must be >= 1, got 0"),
     (["demo", "--cpus-per-worker", "0"], "--cpus-per-worker must be >= 1"),
     (["compare"], "give exactly one of --sweep or --experiment"),
+    # no POS tagger (and no network): said before training, not by the worker after it
+    (["train", "--data", "world", "--epochs", "1"], "the NLTK tagger"),
 ]
 
 
 def test_bad_input_is_one_line_and_refused_before_ray_starts(tmp_path: Path) -> None:
     """Zero or negative counts (never silently the default), files that are not checkpoints,
-    folders given as checkpoints, broken YAML: one ``error:`` line, exit 2, Ray not started."""
+    folders given as checkpoints, broken YAML, no NLTK tagger: one ``error:`` line, exit 2,
+    Ray not started."""
+    from xmr.data.toyworld import generate
+
     (tmp_path / "notes.txt").write_text("some notes\nmore\n")
     (tmp_path / "folder").mkdir()
     (tmp_path / "broken.yaml").write_text("fill: [telea\n")
+    (tmp_path / "world.yaml").write_text("splits: {train: 8, val: 4, test: 4}\n")
+    generate(tmp_path / "world", tmp_path / "world.yaml", seed=3)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # No NLTK data anywhere NLTK looks, and downloads go to a closed port.
+    no_proxy = "http://127.0.0.1:9"
+    env |= {"NLTK_DATA": str(tmp_path / "no-nltk"), "HOME": str(tmp_path),
+            "https_proxy": no_proxy, "HTTPS_PROXY": no_proxy}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", _RUN_AND_REPORT_RAY, json.dumps([a for a, _ in _REFUSALS])],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,

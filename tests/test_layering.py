@@ -26,6 +26,7 @@ LAYERS = (
     "data",
     "text",
     "metrics",
+    "benchmarks",  # ARO / SugarCrepe readers and scoring rules (plain numpy, no models)
     "retrieval",
     "debias",
     "detection",

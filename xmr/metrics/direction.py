@@ -5,7 +5,9 @@ Every consumer that judges a metric (the demo's Δ colours, the eval report, the
 name:
 
 - higher is better: Recall@K (``recall_i2t_at_10``, ``subcat_recall_t2i_at_1``), mAP@K,
-  ODmAP@K, the summed recalls (``rsum``, ``sumr``, ``subcat_sumr``);
+  ODmAP@K, the summed recalls (``rsum``, ``sumr``, ``subcat_sumr``), the compositional
+  benchmarks' accuracies (``aro/vg_relation_acc``, ``sugarcrepe/swap_att_acc``,
+  ``sugarcrepe/mean_acc``; :mod:`xmr.benchmarks`);
 - lower is better: training losses (``loss``, ``loss_itc``, ...);
 - signed, best at 0 and judged by size (compare ``|x|``): Bias@K (gender paper §2.2, in
   [-1, 1], + = towards male) and the similarity bias (its Eq. 9).
@@ -63,6 +65,8 @@ DIRECTIONS: tuple[tuple[str, Direction], ...] = (
     (r"(subcat_)?recall_(i2t|t2i)_at_\d+", Direction.HIGHER),
     (r"(od)?map_at_\d+", Direction.HIGHER),
     (r"rsum|(subcat_)?sumr", Direction.HIGHER),
+    (r"(vg_relation|vg_attribution|coco_order|flickr_order)_acc", Direction.HIGHER),  # ARO
+    (r"(add|replace|swap)_(att|obj)_acc|replace_rel_acc|mean_acc", Direction.HIGHER),  # SugarCrepe
     (r"loss(_\w+)?", Direction.LOWER),
     (r"bias_at_\d+|similarity_bias", Direction.TOWARD_ZERO),
 )
@@ -92,6 +96,7 @@ def metric_direction(name: str) -> Direction:
     if direction is None:
         raise UnknownMetricError(
             f"metric {name!r}: its direction is not known (xmr.metrics.direction declares "
-            "recall_*, odmap_at_*, map_at_*, rsum, sumr, loss*, bias_at_*, similarity_bias)"
+            "recall_*, odmap_at_*, map_at_*, rsum, sumr, the ARO and SugarCrepe *_acc, loss*, "
+            "bias_at_*, similarity_bias)"
         )
     return direction

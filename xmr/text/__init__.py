@@ -27,6 +27,8 @@ from xmr.text.noun_phrases import (
     noun_phrase_spans,
     noun_phrase_spans_batch,
     noun_phrases,
+    require_tagger,
+    tagged_tokens,
 )
 from xmr.text.removal import remove_noun_phrases
 
@@ -52,4 +54,6 @@ __all__ = [
     "noun_phrases",
     "phrase_classes",
     "remove_noun_phrases",
+    "require_tagger",
+    "tagged_tokens",
 ]

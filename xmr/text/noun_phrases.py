@@ -12,6 +12,7 @@ imported by every pipeline worker, most of which never tag a caption.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
@@ -67,13 +68,23 @@ def _tagger() -> PerceptronTagger:
     try:
         nltk.data.find(resource)
     except LookupError:
-        if not nltk.download(TAGGER_RESOURCE, quiet=True):
+        if not nltk.download(TAGGER_RESOURCE, quiet=True, print_error_to=io.StringIO()):
             raise LookupError(
                 f"the NLTK tagger '{TAGGER_RESOURCE}' is not installed and could not be "
                 f"downloaded; download it elsewhere (nltk.download('{TAGGER_RESOURCE}')) and "
                 "point the NLTK_DATA environment variable at the folder that holds 'taggers/'"
             ) from None
     return PerceptronTagger()
+
+
+def require_tagger() -> None:
+    """Load the POS tagger now, downloading it when missing: a job whose workers will tag
+    captions (ODmAP after training) fails here, on the driver, before any work starts.
+
+    Raises:
+        LookupError: the tagger is not installed and cannot be downloaded (says what to do).
+    """
+    _tagger()
 
 
 def _token_spans(caption: str) -> list[tuple[int, int]]:
@@ -111,6 +122,18 @@ def _cached_spans(caption: str) -> tuple[Span, ...]:
     spans = _token_spans(caption)
     tags = [tag for _, tag in _tagger().tag(_tag_input(caption, spans))]
     return tuple(_chunk(caption, spans, tags))
+
+
+def tagged_tokens(caption: str) -> list[tuple[str, str]]:
+    """The tokens of ``caption`` (its own substrings, in order) with their Penn Treebank
+    part-of-speech tags, from the tokenizer and tagger the noun phrases use.
+
+    >>> tagged_tokens("Two red dogs.")
+    [('Two', 'CD'), ('red', 'JJ'), ('dogs', 'NNS'), ('.', '.')]
+    """
+    spans = _token_spans(caption)
+    tags = [tag for _, tag in _tagger().tag(_tag_input(caption, spans))]
+    return [(caption[s:e], tag) for (s, e), tag in zip(spans, tags, strict=True)]
 
 
 def noun_phrase_spans_batch(captions: Iterable[str]) -> list[list[Span]]:

@@ -35,6 +35,7 @@ from xmr.data.default_world import default_toyworld
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal
+from xmr.text import require_tagger
 from xmr.tracking import (
     TrackedRun,
     experiment_name,
@@ -214,6 +215,8 @@ def train(
         )
     if shortfall := ratio_shortfall(data, config.synth_ratio):
         print(shortfall)
+    if not data.corpus().entities:  # the final ODmAP tags captions in the rank-0 worker
+        require_tagger()
     grouped = data.synth_mode == "biaug"  # batches built from whole groups
     steps_per_epoch = data.table.num_rows // config.workers // config.per_worker_batch
     if steps_per_epoch < 1:

@@ -34,6 +34,7 @@ import yaml
 from ray import tune
 
 from xmr.pipeline.ray_executor import init_ray
+from xmr.text import require_tagger
 from xmr.tracking import (
     PARENT_TAG,
     TrackedRun,
@@ -125,7 +126,10 @@ def _check_dry(space: SearchSpace) -> None:
             if options.get("synth") == DEFAULT_SYNTH:
                 options["synth"] = Path(".")  # stands in for the D′ built later
             options.pop("workers", None)
-            resolve_config(options.pop("model", "clip"), **options)
+            family = options.pop("model", "clip")
+            resolve_config(family, **options)
+            if family != "eiclip":  # each trial ends with ODmAP, which tags captions
+                require_tagger()
         else:
             from xmr.eval.config import eval_config
 

@@ -1,0 +1,482 @@
+"""xmr.benchmarks: the ARO and SugarCrepe readers on fixtures in their published layouts, the
+correctness rule (a tie is wrong), the aggregation rules (excluded relations, >= 25 items per
+attribute pair, the SugarCrepe mean) and the four Order shuffles."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from xmr.benchmarks import (
+    ARO_METRICS,
+    EXCLUDED_RELATIONS,
+    MIN_ATTRIBUTE_PAIR_ITEMS,
+    SUGARCREPE_CATEGORIES,
+    SUGARCREPE_MEAN_METRIC,
+    ContrastItem,
+    aro_subsets,
+    category_metric,
+    item_image,
+    read_aro,
+    read_sugarcrepe,
+    score_aro,
+    score_sugarcrepe,
+    true_caption_wins,
+)
+from xmr.benchmarks.order import (
+    ADJECTIVE_TAGS,
+    NOUN_TAGS,
+    PERTURBATIONS,
+    caption_words,
+    order_captions,
+    shuffle_all_but_nouns_and_adjectives,
+    shuffle_nouns_and_adjectives,
+    shuffle_trigrams,
+    shuffle_within_trigrams,
+)
+from xmr.data import DataError
+from xmr.metrics import Direction, metric_direction
+
+
+def _image(path: Path, size: tuple[int, int] = (8, 6), color=(200, 30, 30)) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, color).save(path)
+    return path
+
+
+def _write_json(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _item(item_id: str = "x", captions: tuple[str, ...] = ("a", "b"), group: str = "g"):
+    return ContrastItem(item_id, Path("/nowhere.png"), None, captions, group)
+
+
+# --- the correctness rule -------------------------------------------------------------------
+
+
+def test_the_true_caption_must_score_strictly_above_every_negative() -> None:
+    scores = [
+        np.array([0.9, 0.1]),  # right
+        np.array([0.5, 0.5]),  # a tie: wrong
+        np.array([0.5, 0.4, 0.5, 0.1, 0.2]),  # ties the third of five: wrong
+        np.array([0.5, 0.4, 0.3, 0.1, 0.2]),  # right, K = 5
+        np.array([0.2, 0.3, 0.1]),  # a negative above: wrong
+        np.array([math.nan, 0.1]),  # NaN: wrong
+        np.array([0.3, math.nan]),  # NaN: wrong
+    ]
+    assert true_caption_wins(scores).tolist() == [True, False, False, True, False, False, False]
+    matrix = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 2.0]])  # one (N, K) array
+    assert true_caption_wins(matrix).tolist() == [True, False, False]
+    assert true_caption_wins([]).shape == (0,)
+
+
+def test_an_item_needs_a_negative() -> None:
+    with pytest.raises(ValueError, match="item 1: scores must be 1-D"):
+        true_caption_wins([np.array([0.2, 0.1]), np.array([0.3])])
+    with pytest.raises(ValueError, match="item 'x': needs a true caption and a negative"):
+        _item(captions=("only",))
+
+
+def test_an_item_image_is_cropped_to_its_box(tmp_path: Path) -> None:
+    path = _image(tmp_path / "scene.png", size=(10, 8), color=(0, 0, 255))
+    with Image.open(path) as image:
+        pixels = image.load()
+        pixels[6, 5] = (255, 0, 0)
+        image.save(path)
+    whole = ContrastItem("a", path, None, ("a", "b"), "g")
+    boxed = ContrastItem("b", path, (6.0, 5.0, 3.0, 2.0), ("a", "b"), "g")
+    assert item_image(whole).size == (10, 8)
+    crop = item_image(boxed)
+    assert crop.size == (3, 2) and crop.mode == "RGB"
+    assert crop.getpixel((0, 0)) == (255, 0, 0) and crop.getpixel((1, 0)) == (0, 0, 255)
+
+
+# --- SugarCrepe -----------------------------------------------------------------------------
+
+
+def _sugarcrepe(root: Path, categories: dict[str, int]) -> Path:
+    """``root`` in SugarCrepe's layout: ``<category>.json`` files and ``val2017/`` images."""
+    for category, count in categories.items():
+        items = {}
+        for k in range(count):
+            name = f"{category}_{k:02d}.jpg"
+            _image(root / "val2017" / name)
+            items[str(10 * k)] = {
+                "filename": name,
+                "caption": f"a red car {k}",
+                "negative_caption": f"a blue car {k}",
+            }
+        _write_json(root / f"{category}.json", items)
+    return root
+
+
+def test_sugarcrepe_reads_the_files_present_and_names_the_missing(tmp_path: Path) -> None:
+    root = _sugarcrepe(tmp_path / "sc", {"swap_att": 2, "add_obj": 4})
+    data = read_sugarcrepe(root)
+    assert [item.item_id for item in data.items] == [
+        "add_obj/0",
+        "add_obj/10",
+        "add_obj/20",
+        "add_obj/30",
+        "swap_att/0",
+        "swap_att/10",
+    ]  # categories in the benchmark's order, items in file order
+    first = data.items[0]
+    assert (
+        first.image == (root / "val2017" / "add_obj_00.jpg").resolve() and first.image.is_absolute()
+    )
+    assert first.captions == ("a red car 0", "a blue car 0") and first.box is None
+    assert first.group == "add_obj"
+    assert data.missing == (
+        "add_att.json",
+        "replace_att.json",
+        "replace_obj.json",
+        "replace_rel.json",
+        "swap_obj.json",
+    )
+    assert data.skipped == ()
+
+
+def test_sugarcrepe_accuracy_per_category_and_their_unweighted_mean(tmp_path: Path) -> None:
+    data = read_sugarcrepe(_sugarcrepe(tmp_path / "sc", {"swap_att": 2, "add_obj": 4}))
+    # add_obj: 3 of 4 right; swap_att: a tie and a right one -> 1 of 2.
+    scores = [[0.9, 0.1], [0.9, 0.1], [0.9, 0.1], [0.1, 0.9], [0.4, 0.4], [0.8, 0.2]]
+    result = score_sugarcrepe(data.items, true_caption_wins([np.array(s) for s in scores]))
+    assert result.metrics == {
+        "sugarcrepe/add_obj_acc": 0.75,
+        "sugarcrepe/swap_att_acc": 0.5,
+        "sugarcrepe/mean_acc": 0.625,  # not the pooled 4 / 6
+    }
+    assert result.groups["add_obj"].count == 4 and result.groups["swap_att"].excluded is None
+
+
+def test_sugarcrepe_images_folder_can_be_elsewhere(tmp_path: Path) -> None:
+    root = _sugarcrepe(tmp_path / "sc", {"replace_rel": 1})
+    (root / "val2017").rename(tmp_path / "coco-val")
+    with pytest.raises(DataError, match=r"val2017: images folder not found"):
+        read_sugarcrepe(root)
+    data = read_sugarcrepe(root, images=tmp_path / "coco-val")
+    assert data.items[0].image == (tmp_path / "coco-val" / "replace_rel_00.jpg").resolve()
+
+
+def test_sugarcrepe_bad_input_is_named(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "val2017").mkdir(parents=True)
+    with pytest.raises(DataError, match="no SugarCrepe file") as error:
+        read_sugarcrepe(empty)
+    assert all(f"{c}.json" in str(error.value) for c in SUGARCREPE_CATEGORIES)
+
+    root = _sugarcrepe(tmp_path / "sc", {"add_att": 2})
+    (root / "replace_obj.json").write_text('{"1": {"filename": ')
+    with pytest.raises(DataError, match=r"replace_obj\.json: malformed JSON"):
+        read_sugarcrepe(root)
+
+    _write_json(root / "replace_obj.json", {"7": {"filename": "add_att_00.jpg", "caption": "c"}})
+    with pytest.raises(
+        DataError, match=r"replace_obj\.json: item '7': 'negative_caption' must be a non-empty"
+    ):
+        read_sugarcrepe(root)
+
+    _write_json(
+        root / "replace_obj.json",
+        {"7": {"filename": "gone.jpg", "caption": "c", "negative_caption": "d"}},
+    )
+    with pytest.raises(DataError, match=r"item '7': image not found: .*val2017/gone\.jpg"):
+        read_sugarcrepe(root)
+
+    _write_json(root / "replace_obj.json", ["not", "an", "object"])
+    with pytest.raises(DataError, match=r"replace_obj\.json: expected an object of items by id"):
+        read_sugarcrepe(root)
+
+
+# --- ARO: VG-Relation and VG-Attribution ----------------------------------------------------
+
+
+def _vg_entry(image: str, index: int, **group: object) -> dict:
+    return {
+        "image_id": str(index),
+        "image_path": image,
+        "bbox_x": 1,
+        "bbox_y": 2,
+        "bbox_w": 4,
+        "bbox_h": 3,
+        "true_caption": f"the horse is eating the grass {index}",
+        "false_caption": f"the grass is eating the horse {index}",
+        **group,
+    }
+
+
+def _vg(root: Path, subset: str, groups: list[object]) -> Path:
+    """``root`` in ARO's VG layout: the JSON list and ``images/``; one item per group value."""
+    key, name = (
+        ("relation_name", "visual_genome_relation.json")
+        if subset == "vg-relation"
+        else ("attributes", "visual_genome_attribution.json")
+    )
+    _image(root / "images" / "2315.jpg", size=(12, 10))
+    _write_json(root / name, [_vg_entry("2315.jpg", i, **{key: g}) for i, g in enumerate(groups)])
+    return root
+
+
+def test_vg_relation_items_in_the_published_layout(tmp_path: Path) -> None:
+    data = read_aro("vg-relation", _vg(tmp_path / "aro", "vg-relation", ["on", "next to"]))
+    first = data.items[0]
+    assert first.item_id == "vg-relation/0" and first.group == "on"
+    assert first.image == (tmp_path / "aro" / "images" / "2315.jpg").resolve()
+    assert first.box == (1.0, 2.0, 4.0, 3.0)
+    assert first.captions == ("the horse is eating the grass 0", "the grass is eating the horse 0")
+    assert item_image(first).size == (4, 3)
+    assert data.items[1].group == "next to"
+
+
+def test_vg_relation_macro_accuracy_leaves_out_the_excluded_relations(tmp_path: Path) -> None:
+    assert "next to" in EXCLUDED_RELATIONS and "on" not in EXCLUDED_RELATIONS
+    assert len(EXCLUDED_RELATIONS) == 157 == len(set(EXCLUDED_RELATIONS))
+    relations = ["on", "on", "on", "on", "behind", "next to", "next to", "near"]
+    data = read_aro("vg-relation", _vg(tmp_path / "aro", "vg-relation", relations))
+    right = [True, True, True, False, True, False, False, False]
+    result = score_aro("vg-relation", data.items, np.array(right))
+    # on: 3/4, behind: 1/1 (one item still counts: no count threshold); next to, near: excluded.
+    assert result.metrics == {"aro/vg_relation_acc": (0.75 + 1.0) / 2}
+    assert result.groups["next to"].accuracy == 0.0 and result.groups["next to"].count == 2
+    assert result.groups["next to"].excluded == "symmetric relation (the ARO authors' list)"
+    assert result.groups["near"].excluded and result.groups["on"].excluded is None
+
+
+def test_a_tie_is_wrong_end_to_end(tmp_path: Path) -> None:
+    data = read_aro("vg-relation", _vg(tmp_path / "aro", "vg-relation", ["on", "on"]))
+    constant = true_caption_wins([np.array([0.3, 0.3]), np.array([0.7, 0.7])])
+    assert score_aro("vg-relation", data.items, constant).metrics["aro/vg_relation_acc"] == 0.0
+
+
+def test_vg_attribution_averages_pairs_with_at_least_25_items(tmp_path: Path) -> None:
+    assert MIN_ATTRIBUTE_PAIR_ITEMS == 25
+    pairs = [["white", "paved"]] * 25 + [["paved", "white"]] * 24 + [["red", "blue"]] * 30
+    data = read_aro("vg-attribution", _vg(tmp_path / "aro", "vg-attribution", pairs))
+    assert [item.group for item in data.items[23:27]] == [
+        "white_paved",
+        "white_paved",
+        "paved_white",  # the pair's order is the key's order, as the authors key it
+        "paved_white",
+    ]
+    right = np.array([k < 5 for k in range(25)] + [True] * 24 + [k < 15 for k in range(30)])
+    result = score_aro("vg-attribution", data.items, right)
+    assert result.metrics == {"aro/vg_attribution_acc": pytest.approx((5 / 25 + 15 / 30) / 2)}
+    assert result.groups["paved_white"].accuracy == 1.0
+    assert result.groups["paved_white"].excluded == "fewer than 25 items"
+    assert result.groups["white_paved"].excluded is None
+
+
+def test_vg_bad_input_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "aro"
+    (root / "images").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"visual_genome_relation\.json: ARO vg-relation file not"):
+        read_aro("vg-relation", root)
+
+    _vg(root, "vg-relation", ["on", "on"])
+    entries = json.loads((root / "visual_genome_relation.json").read_text())
+    entries[1]["bbox_w"] = "wide"
+    _write_json(root / "visual_genome_relation.json", entries)
+    with pytest.raises(DataError, match=r"relation\.json: item 1: bbox_x, bbox_y, bbox_w, bbox_h"):
+        read_aro("vg-relation", root)
+
+    entries[1]["bbox_w"] = 4
+    entries[1]["image_path"] = "missing.jpg"
+    _write_json(root / "visual_genome_relation.json", entries)
+    with pytest.raises(DataError, match=r"item 1: image not found: .*images/missing\.jpg"):
+        read_aro("vg-relation", root)
+
+    _vg(root, "vg-attribution", [["red"]])
+    with pytest.raises(DataError, match=r"item 0: 'attributes' must be a list of two strings"):
+        read_aro("vg-attribution", root)
+
+
+def test_the_subset_choice() -> None:
+    assert aro_subsets("all") == ("vg-relation", "vg-attribution", "coco-order", "flickr-order")
+    assert aro_subsets("coco-order") == ("coco-order",)
+    with pytest.raises(ValueError, match="ARO subset 'vg': expected one of vg-relation"):
+        aro_subsets("vg")
+    with pytest.raises(ValueError, match="ARO subset 'all'"):
+        read_aro("all", Path("."))
+
+
+# --- the four shuffles (no tagger: words and tags given) ------------------------------------
+
+TAGGED = [
+    ("a", "DT"), ("small", "JJ"), ("brown", "JJ"), ("dog", "NN"), ("runs", "VBZ"),
+    ("across", "IN"), ("the", "DT"), ("green", "JJ"), ("park", "NN"), ("with", "IN"),
+    ("a", "DT"), ("red", "JJ"), ("ball", "NN"),
+]  # fmt: skip
+WORDS = [word for word, _ in TAGGED]
+TAGS = [tag for _, tag in TAGGED]
+NOUN_OR_ADJECTIVE = [tag in NOUN_TAGS | ADJECTIVE_TAGS for tag in TAGS]
+
+
+@pytest.mark.parametrize("shuffle", PERTURBATIONS, ids=lambda f: f.__name__)
+def test_every_shuffle_keeps_the_words_changes_their_order_and_is_seeded(shuffle) -> None:
+    for seed in range(20):
+        shuffled = shuffle(WORDS, TAGS, np.random.default_rng(seed))
+        assert Counter(shuffled) == Counter(WORDS) and shuffled != WORDS
+        assert shuffled == shuffle(WORDS, TAGS, np.random.default_rng(seed))
+    draws = {tuple(shuffle(WORDS, TAGS, np.random.default_rng(s))) for s in range(20)}
+    assert len(draws) > 1
+
+
+def test_the_noun_and_adjective_shuffle_moves_only_nouns_and_adjectives() -> None:
+    for seed in range(20):
+        shuffled = shuffle_nouns_and_adjectives(WORDS, TAGS, np.random.default_rng(seed))
+        for position, tag in enumerate(TAGS):
+            if tag in NOUN_TAGS:
+                assert shuffled[position] in {"dog", "park", "ball"}
+            elif tag in ADJECTIVE_TAGS:
+                assert shuffled[position] in {"small", "brown", "green", "red"}
+            else:
+                assert shuffled[position] == WORDS[position]
+
+
+def test_the_other_shuffle_keeps_nouns_and_adjectives_in_place() -> None:
+    for seed in range(20):
+        shuffled = shuffle_all_but_nouns_and_adjectives(WORDS, TAGS, np.random.default_rng(seed))
+        kept = [w for w, fixed in zip(shuffled, NOUN_OR_ADJECTIVE, strict=True) if fixed]
+        assert kept == [w for w, fixed in zip(WORDS, NOUN_OR_ADJECTIVE, strict=True) if fixed]
+
+
+def test_the_trigram_shuffles() -> None:
+    trigrams = [WORDS[i : i + 3] for i in range(0, len(WORDS), 3)]  # 4 trigrams and 1 word
+    for seed in range(20):
+        within = shuffle_within_trigrams(WORDS, TAGS, np.random.default_rng(seed))
+        for start in range(0, len(WORDS), 3):
+            assert Counter(within[start : start + 3]) == Counter(WORDS[start : start + 3])
+        moved = shuffle_trigrams(WORDS, TAGS, np.random.default_rng(seed))
+        pieces, position = [], 0
+        while position < len(moved):  # read the output back as whole trigrams
+            piece = next(t for t in trigrams if moved[position : position + len(t)] == t)
+            pieces.append(piece)
+            position += len(piece)
+        assert sorted(map(tuple, pieces)) == sorted(map(tuple, trigrams))
+
+
+def test_a_shuffle_that_cannot_change_the_words_returns_none() -> None:
+    rng = np.random.default_rng(0)
+    words, tags = ["a", "dog"], ["DT", "NN"]
+    assert all(shuffle(words, tags, rng) is None for shuffle in PERTURBATIONS[:1])
+    assert shuffle_trigrams(words, tags, rng) is None  # one trigram
+    assert shuffle_within_trigrams(words, tags, rng) == ["dog", "a"]
+    assert shuffle_all_but_nouns_and_adjectives(words, tags, rng) is None  # one other word
+    same = ["dog", "dog", "dog", "dog", "dog", "dog"]  # two trigrams, but equal ones
+    assert shuffle_trigrams(same, ["NN"] * 6, rng) is None
+    assert shuffle_within_trigrams(same, ["NN"] * 6, rng) is None
+    assert all(shuffle([], [], rng) is None for shuffle in PERTURBATIONS)
+
+
+# --- COCO-Order and Flickr-Order (the tagger) -----------------------------------------------
+
+COCO_CAPTIONS = [
+    "A man riding a wave on top of a surfboard.",
+    "Two small dogs are playing with a red ball in the green park.",
+]
+
+
+def _karpathy(root: Path, name: str, prefix: str) -> Path:
+    """``root`` in BLIP's Karpathy test layout: a list of ``{"image", "caption": [...]}``."""
+    entries = [
+        {"image": f"{prefix}/img_1.jpg", "caption": COCO_CAPTIONS, "image_id": "1"},
+        {"image": f"{prefix}/img_2.jpg", "caption": ["Surfing.", "A dog."], "image_id": "2"},
+    ]
+    for entry in entries:
+        _image(root / entry["image"])
+    _write_json(root / name, entries)
+    return root
+
+
+def test_caption_words_are_normalised_like_blip(nltk_tagger: None) -> None:
+    words, tags = caption_words('A man\'s "old" hat (red): on the TABLE; by a dog!')
+    assert words == ["a", "man", "'s", "old", "hat", "red", "on", "the", "table", "by", "a", "dog"]
+    assert len(tags) == len(words) and tags[1] == "NN"
+    assert caption_words("one two three four five", max_words=3)[0] == ["one", "two", "three"]
+    assert caption_words("...") == ([], [])
+
+
+def test_order_items_from_karpathy_test_captions(nltk_tagger: None, tmp_path: Path) -> None:
+    root = _karpathy(tmp_path / "coco", "coco_karpathy_test.json", "val2014")
+    data = read_aro("coco-order", root, seed=3)
+    # every caption of every image is an item, but "Surfing." (one word) cannot be shuffled
+    assert [item.item_id for item in data.items] == [
+        "val2014/img_1.jpg#0",
+        "val2014/img_1.jpg#1",
+        "val2014/img_2.jpg#1",
+    ]
+    assert data.items[2].captions == ("a dog", "dog a")  # only the shuffle within trigrams
+    assert [issue.item for issue in data.skipped] == [
+        f"{root.resolve() / 'coco_karpathy_test.json'}: val2014/img_2.jpg#0"
+    ]
+    assert "'Surfing.': no shuffle can change its word order" in data.skipped[0].reason
+    item = data.items[1]
+    assert item.group == "coco-order" and item.box is None
+    assert item.image == (root / "val2014" / "img_1.jpg").resolve()
+    true = "two small dogs are playing with a red ball in the green park"
+    assert item.captions[0] == true and len(item.captions) == 5
+    assert all(Counter(c.split()) == Counter(true.split()) for c in item.captions)
+    assert all(c != true for c in item.captions[1:])
+    # the same seed gives the same items; another seed other shuffles
+    assert read_aro("coco-order", root, seed=3).items == data.items
+    assert read_aro("coco-order", root, seed=4).items != data.items
+
+
+def test_flickr_order_and_a_caption_only_some_shuffles_can_change(
+    nltk_tagger: None, tmp_path: Path
+) -> None:
+    root = _karpathy(tmp_path / "flickr", "flickr30k_test.json", "flickr30k-images")
+    data = read_aro("flickr-order", root, seed=0)
+    assert {item.group for item in data.items} == {"flickr-order"}
+    # "a man riding a wave on top of a surfboard": nouns man / wave / top / surfboard, no
+    # adjective: all four shuffles apply.
+    assert len(data.items[0].captions) == 5
+    # "a black cat": one noun, one adjective, one other word, one trigram: only the shuffle
+    # within trigrams applies.
+    texts = order_captions("A black cat", np.random.default_rng(0))
+    assert (
+        texts[0] == "a black cat"
+        and len(texts) == 2
+        and sorted(texts[1].split()) == sorted(texts[0].split())
+    )
+    result = score_aro("flickr-order", data.items, np.array([True, False, False]))
+    assert result.metrics == {"aro/flickr_order_acc": pytest.approx(1 / 3)}
+
+
+def test_order_bad_input_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "coco"
+    _write_json(root / "coco_karpathy_test.json", [{"image": "val2014/a.jpg", "caption": "x"}])
+    with pytest.raises(DataError, match=r"test\.json: entry 0: 'caption' must be a list"):
+        read_aro("coco-order", root)
+    _write_json(root / "coco_karpathy_test.json", [{"image": "val2014/a.jpg", "caption": ["x"]}])
+    with pytest.raises(DataError, match=r"entry 0: image not found: .*val2014/a\.jpg"):
+        read_aro("coco-order", root)
+
+
+# --- metric names ---------------------------------------------------------------------------
+
+
+def test_every_benchmark_metric_is_higher_is_better() -> None:
+    names = [
+        *ARO_METRICS.values(),
+        *(category_metric(c) for c in SUGARCREPE_CATEGORIES),
+        SUGARCREPE_MEAN_METRIC,
+    ]
+    assert names[:4] == [
+        "aro/vg_relation_acc",
+        "aro/vg_attribution_acc",
+        "aro/coco_order_acc",
+        "aro/flickr_order_acc",
+    ]
+    assert "sugarcrepe/replace_rel_acc" in names and names[-1] == "sugarcrepe/mean_acc"
+    assert all(metric_direction(name) is Direction.HIGHER for name in names)

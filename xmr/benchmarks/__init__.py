@@ -1,0 +1,74 @@
+"""Compositional benchmarks: readers of the published layouts and the scoring rules.
+
+Plain Python and numpy (no models, no Ray): a reader turns a benchmark's files into
+:class:`ContrastItem` s (an image, optionally a box of it, and captions with the true one first);
+the caller scores each item's image against its captions; :func:`true_caption_wins` turns those
+scores into per-item correctness (strictly above every negative: a tie is wrong), and the
+benchmark's scorer aggregates it into metrics (all higher is better).
+
+Modules:
+
+- :mod:`.items`: the item form, :func:`true_caption_wins`, per-group and macro accuracy,
+  :func:`item_image` (the image cropped to the item's box);
+- :mod:`.sugarcrepe`: SugarCrepe's seven category files, per-category and mean accuracy;
+- :mod:`.aro`: ARO's VG-Relation and VG-Attribution files, the subset choice, the excluded
+  relations and the >= 25 items rule, the four subsets' metrics;
+- :mod:`.order`: COCO-Order and Flickr-Order built from Karpathy test captions with the four
+  seeded shuffles.
+"""
+
+from xmr.benchmarks.aro import (
+    ARO_FILES,
+    ARO_METRICS,
+    ARO_SUBSETS,
+    EXCLUDED_RELATIONS,
+    MIN_ATTRIBUTE_PAIR_ITEMS,
+    aro_subsets,
+    read_aro,
+    score_aro,
+)
+from xmr.benchmarks.items import (
+    BenchmarkData,
+    BenchmarkScore,
+    ContrastItem,
+    GroupAccuracy,
+    group_accuracies,
+    item_image,
+    macro_accuracy,
+    true_caption_wins,
+)
+from xmr.benchmarks.order import PERTURBATIONS, order_captions, read_order
+from xmr.benchmarks.sugarcrepe import (
+    SUGARCREPE_CATEGORIES,
+    SUGARCREPE_MEAN_METRIC,
+    category_metric,
+    read_sugarcrepe,
+    score_sugarcrepe,
+)
+
+__all__ = [
+    "ARO_FILES",
+    "ARO_METRICS",
+    "ARO_SUBSETS",
+    "EXCLUDED_RELATIONS",
+    "MIN_ATTRIBUTE_PAIR_ITEMS",
+    "PERTURBATIONS",
+    "SUGARCREPE_CATEGORIES",
+    "SUGARCREPE_MEAN_METRIC",
+    "BenchmarkData",
+    "BenchmarkScore",
+    "ContrastItem",
+    "GroupAccuracy",
+    "aro_subsets",
+    "category_metric",
+    "group_accuracies",
+    "item_image",
+    "macro_accuracy",
+    "order_captions",
+    "read_aro",
+    "read_order",
+    "read_sugarcrepe",
+    "score_aro",
+    "score_sugarcrepe",
+    "true_caption_wins",
+]

@@ -1,0 +1,171 @@
+"""The item form every benchmark reads into, the correctness rule and per-group accuracy.
+
+A benchmark item is one image (or a box of it) and K >= 2 captions, the true one first. A model
+answers an item right when the image's similarity with the true caption is STRICTLY above its
+similarity with every other caption: a tie counts as wrong (so a model that scores every caption
+alike, e.g. a constant, gets 0, not 1/K or 1), and so does a NaN score.
+
+Items of one benchmark may have different K (VG-Relation and SugarCrepe have 2; an Order item
+has up to 5, fewer when a shuffle cannot change its caption), so scores are passed as one 1-D
+array per item; a rectangular ``(N, K)`` array is accepted as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from xmr.data.errors import DataIssue
+from xmr.data.images import load_image
+
+Box = tuple[float, float, float, float]
+"""``(x, y, w, h)`` in pixels: left, top, width, height."""
+
+
+@dataclass(frozen=True)
+class ContrastItem:
+    """One benchmark item: an image and its captions, the true one first.
+
+    Attributes:
+        item_id: unique within its benchmark (e.g. ``"add_att/12"``, ``"vg-relation/40"``,
+            ``"val2014/COCO_val2014_000000391895.jpg#2"``).
+        image: absolute path of the image file.
+        box: the region the image is cropped to before encoding (VG items; :func:`item_image`),
+            None for the whole image.
+        captions: index 0 the true caption, the others its negatives; at least 2.
+        group: what the benchmark aggregates by: the relation (VG-Relation), the attribute pair
+            (VG-Attribution), the category (SugarCrepe), the subset name (COCO/Flickr-Order).
+    """
+
+    item_id: str
+    image: Path
+    box: Box | None
+    captions: tuple[str, ...]
+    group: str
+
+    def __post_init__(self) -> None:
+        if len(self.captions) < 2:
+            raise ValueError(f"item {self.item_id!r}: needs a true caption and a negative")
+        if self.box is not None and not (self.box[2] > 0 and self.box[3] > 0):
+            raise ValueError(f"item {self.item_id!r}: box {self.box} has no area")
+
+
+@dataclass(frozen=True)
+class BenchmarkData:
+    """What a benchmark reader returns.
+
+    Attributes:
+        items: the items, in file order.
+        missing: benchmark files that were expected but absent (SugarCrepe categories), to be
+            named to the user; the benchmark is scored without them.
+        skipped: rows read but not made into items, each with its reason (an Order caption that
+            no shuffle can change); every input row is an item or a skip.
+    """
+
+    items: tuple[ContrastItem, ...]
+    missing: tuple[str, ...] = ()
+    skipped: tuple[DataIssue, ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupAccuracy:
+    """The accuracy of one group of items (a relation, an attribute pair, a category).
+
+    Attributes:
+        accuracy: share of the group's items answered right, in [0, 1].
+        count: the group's items.
+        excluded: why the group is left out of the benchmark's average, None when it counts.
+    """
+
+    accuracy: float
+    count: int
+    excluded: str | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkScore:
+    """A benchmark's result.
+
+    Attributes:
+        metrics: MLflow metric name -> value in [0, 1] (all higher is better).
+        groups: every group's accuracy, the excluded ones too (for a report), by group name.
+    """
+
+    metrics: dict[str, float]
+    groups: dict[str, GroupAccuracy] = field(default_factory=dict)
+
+
+def item_image(item: ContrastItem) -> Image.Image:
+    """The item's RGB image, cropped to its box when it has one.
+
+    The crop is Pillow's ``crop((x, y, x + w, y + h))``, as the ARO authors' code does (Pillow
+    rounds fractional corners; a box reaching past the border is padded with black). Raises
+    :class:`~xmr.data.DataError` naming the file when it is missing or not a readable image.
+    """
+    image = load_image(item.image)
+    if item.box is None:
+        return image
+    x, y, w, h = item.box
+    return image.crop((x, y, x + w, y + h))
+
+
+def true_caption_wins(scores: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """Per-item correctness: the true caption (index 0) scores strictly above every negative.
+
+    Args:
+        scores: per item, the similarity of its image with each of its K captions, in the
+            item's caption order: a sequence of N 1-D arrays (K may differ between items), or
+            one ``(N, K)`` array.
+
+    Returns:
+        bool ``(N,)``. A tie with any negative is wrong, and so is a NaN anywhere in the row.
+
+    Raises:
+        ValueError: an item with fewer than 2 scores, or scores that are not 1-D per item.
+
+    >>> true_caption_wins([np.array([0.9, 0.1]), np.array([0.5, 0.5, 0.1]), np.array([1, 2, 0])])
+    array([ True, False, False])
+    """
+    rows = [np.asarray(row, dtype=np.float64) for row in scores]
+    correct = np.zeros(len(rows), dtype=bool)
+    for index, row in enumerate(rows):
+        if row.ndim != 1 or row.shape[0] < 2:
+            raise ValueError(
+                f"item {index}: scores must be 1-D with the true caption and at least one "
+                f"negative, got shape {row.shape}"
+            )
+        correct[index] = bool(np.all(row[0] > row[1:]))  # NaN compares False
+    return correct
+
+
+def group_accuracies(
+    items: Sequence[ContrastItem], correct: np.ndarray
+) -> dict[str, GroupAccuracy]:
+    """The accuracy of each group of ``items``, groups in order of first appearance.
+
+    Args:
+        items: the scored items.
+        correct: bool ``(N,)`` from :func:`true_caption_wins`, in ``items`` order.
+
+    Raises:
+        ValueError: ``correct`` does not have one entry per item.
+    """
+    correct = np.asarray(correct, dtype=bool)
+    if correct.shape != (len(items),):
+        raise ValueError(f"{len(items)} items but correctness of shape {correct.shape}")
+    right: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for item, is_right in zip(items, correct, strict=True):
+        right[item.group] = right.get(item.group, 0) + int(is_right)
+        count[item.group] = count.get(item.group, 0) + 1
+    return {group: GroupAccuracy(right[group] / n, n) for group, n in count.items()}
+
+
+def macro_accuracy(groups: dict[str, GroupAccuracy]) -> float:
+    """The unweighted mean accuracy of the groups not excluded; NaN when none is left."""
+    kept = [group.accuracy for group in groups.values() if group.excluded is None]
+    return float(np.mean(kept)) if kept else float("nan")
