@@ -480,3 +480,79 @@ def test_every_benchmark_metric_is_higher_is_better() -> None:
     ]
     assert "sugarcrepe/replace_rel_acc" in names and names[-1] == "sugarcrepe/mean_acc"
     assert all(metric_direction(name) is Direction.HIGHER for name in names)
+
+
+# --- `xmr eval --benchmark`: the readers, the encoding stage and the scoring together --------
+
+
+@pytest.mark.slow
+def test_xmr_eval_scores_sugarcrepe_on_ray_with_json_and_mlflow(local_ray, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from xmr.cli import app
+
+    root = _sugarcrepe(tmp_path / "sugarcrepe", {"add_att": 3, "swap_obj": 2})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = CliRunner().invoke(app, [
+        "eval", "--benchmark", "sugarcrepe", "--data", str(root), "--model", "clip",
+        "--arch", "xmr-tiny", "--batch-size", "4", "--output", str(tmp_path / "out.json"),
+        "--tracking-uri", uri,
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "not found, not scored: add_obj.json" in result.output
+    report = json.loads((tmp_path / "out.json").read_text())
+    metrics = report["metrics"]
+    assert set(metrics) == {"sugarcrepe/add_att_acc", "sugarcrepe/swap_obj_acc",
+                            "sugarcrepe/mean_acc"}  # fmt: skip
+    assert metrics["sugarcrepe/mean_acc"] == pytest.approx(
+        (metrics["sugarcrepe/add_att_acc"] + metrics["sugarcrepe/swap_obj_acc"]) / 2
+    )
+    assert report["counts"] == {"items": 5, "scored": 5, "unreadable": 0, "skipped": 0}
+    assert report["groups"]["sugarcrepe"]["add_att"]["count"] == 3
+    assert len(report["missing"]) == 5 and report["config"]["benchmark.name"] == "sugarcrepe"
+
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("xmr/eval/sugarcrepe").experiment_id]
+    )
+    assert run.data.metrics["sugarcrepe/mean_acc"] == metrics["sugarcrepe/mean_acc"]
+    assert run.data.metrics["data/scored"] == 5 and run.data.tags["xmr.benchmark"] == "sugarcrepe"
+
+
+def test_aro_scores_each_subset_present_and_names_the_rest(nltk_tagger, tmp_path: Path) -> None:
+    """In this process with a model in memory (no Ray): VG-Relation, VG-Attribution and
+    COCO-Order from one folder, Flickr-Order named as missing, an unreadable image named and
+    left out of the scores; the scores are the cosine similarities of the encoded pairs."""
+    from xmr.eval.benchmark import read_benchmark, run_benchmark
+    from xmr.eval.config import eval_config
+    from xmr.models import create_model
+
+    root = tmp_path / "aro"
+    _vg(root, "vg-relation", ["on", "eating", "on"])
+    attribution = root / "visual_genome_attribution.json"
+    _write_json(attribution, [_vg_entry("broken.jpg", i, attributes=["white", "paved"])
+                              for i in range(2)])  # fmt: skip
+    (root / "images" / "broken.jpg").write_bytes(b"not a jpeg")
+    _karpathy(root, "coco_karpathy_test.json", "val2014")
+    config = eval_config(data=root, batch_size=4)
+    model = create_model("clip", arch="xmr-tiny", seed=0)
+    result = run_benchmark(config, "aro", model=model)
+    assert set(result.metrics) == {"aro/vg_relation_acc", "aro/coco_order_acc"}
+    assert result.missing == ("flickr30k_test.json",)
+    assert result.counts["unreadable"] == 2 and result.counts["scored"] == result.counts[
+        "items"] - 2  # fmt: skip
+    assert sum("broken.jpg" in issue.reason for issue in result.issues) == 2
+    # The relation accuracy, recomputed from the model's own similarities.
+    items = read_benchmark("aro", root, subset="vg-relation")["vg-relation"].items
+    right = []
+    for item in items:
+        image = model.encode_images(model.preprocess(item_image(item)).unsqueeze(0))
+        texts = model.encode_texts(list(item.captions))
+        scores = (texts @ image.T).squeeze(1).detach().numpy()
+        right.append(bool(scores[0] > scores[1]))
+    by_relation = {"on": np.mean([right[0], right[2]]), "eating": float(right[1])}
+    assert result.metrics["aro/vg_relation_acc"] == pytest.approx(
+        np.mean(list(by_relation.values())), abs=1e-6
+    )

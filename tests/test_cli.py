@@ -24,7 +24,7 @@ from xmr.cli import app
 from xmr.data import DATASETS, read_dataset
 from xmr.data.synthetic import DATA_DIR, MANIFEST, ROW_SCHEMA
 from xmr.eval.config import EvalConfig
-from xmr.eval.options import EvalOptions, EvalOutputOptions
+from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
 from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
 from xmr.options import ClusterOptions, flag, option_fields
@@ -94,7 +94,9 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
 
 
 def test_eval_and_synth_flags_are_their_options(tmp_path: Path) -> None:
-    assert _flags("eval") == _declared(EvalOptions, EvalOutputOptions, ClusterOptions)
+    assert _flags("eval") == _declared(
+        EvalOptions, BenchmarkOptions, EvalOutputOptions, ClusterOptions
+    )
     assert {f.name for f in option_fields(EvalOptions)} == EVAL_OPTIONS
     config_fields = {f.name for f in fields(EvalConfig)}
     for name in {f.name for f in option_fields(EvalOptions)} & config_fields:
@@ -156,6 +158,10 @@ _REFUSALS = [
     (["eval", "--mi-bins", "1"], "--mi-bins must be >= 2"),
     (["eval", "--checkpoint", "notes.txt"], "notes.txt is not a checkpoint"),
     (["eval", "--checkpoint", "folder"], "folder is a directory, not a checkpoint file"),
+    (["eval", "--benchmark", "glue"], "--benchmark must be one of aro, sugarcrepe"),
+    (["eval", "--benchmark", "aro", "--subset", "vg"], "--subset: ARO subset 'vg'"),
+    (["eval", "--benchmark", "aro", "--data", "folder"], "no ARO file"),
+    (["eval", "--benchmark", "sugarcrepe", "--data", "folder"], "add_att.json"),
     (["synth", "--batch-size", "0"], "--batch-size must be >= 1"),
     (["synth", "--rows-per-shard", "0"], "--rows-per-shard must be >= 1"),
     (["synth", "--num-cpus", "0"], "--num-cpus must be >= 1"),

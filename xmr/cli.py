@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from xmr.eval.options import EvalOptions, EvalOutputOptions
+from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
 from xmr.options import (
     ClusterOptions,
     check_options,
@@ -79,15 +79,25 @@ def models() -> None:
         typer.echo(f"{family}: {shown}")
 
 
-def eval_command(options: EvalOptions, outputs: EvalOutputOptions, cluster: ClusterOptions) -> None:
-    """Evaluate a model: Recall@K both ways, ODmAP@K and Bias@K, logged to MLflow.
+def eval_command(
+    options: EvalOptions,
+    benchmark: BenchmarkOptions,
+    outputs: EvalOutputOptions,
+    cluster: ClusterOptions,
+) -> None:
+    """Evaluate a model: Recall@K both ways, ODmAP@K and Bias@K, logged to MLflow; or, with
+    --benchmark, its accuracy on ARO or SugarCrepe.
 
     --clip-m applies CLIP-clip (gender paper §3.2) before ranking; the dropped dims are an
     MLflow artifact (clip_dims.json).
     """
+    from xmr.tracking import experiment_name
+
+    if benchmark.benchmark is not None:
+        _benchmark(options, benchmark, outputs, cluster)
+        return
     from xmr.eval.report import log_to_mlflow, print_report, write_json
     from xmr.eval.score import evaluate
-    from xmr.tracking import experiment_name
 
     with user_errors():
         config = options.config()
@@ -102,7 +112,40 @@ def eval_command(options: EvalOptions, outputs: EvalOutputOptions, cluster: Clus
     typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', config.dataset)}")
 
 
-app.command("eval")(command(eval_command, EvalOptions, EvalOutputOptions, ClusterOptions))
+def _benchmark(
+    options: EvalOptions,
+    benchmark: BenchmarkOptions,
+    outputs: EvalOutputOptions,
+    cluster: ClusterOptions,
+) -> None:
+    """``xmr eval --benchmark``: score, print, write the JSON, log to MLflow."""
+    from xmr.eval.benchmark import run_benchmark
+    from xmr.eval.report import log_benchmark_to_mlflow, print_benchmark, write_benchmark_json
+    from xmr.tracking import experiment_name
+
+    assert benchmark.benchmark is not None
+    with user_errors():
+        config = options.config()
+        result = run_benchmark(
+            config,
+            benchmark.benchmark,
+            subset=benchmark.subset,
+            images=benchmark.images,
+            address=cluster.address,
+        )
+    print_benchmark(result)
+    if outputs.output:
+        write_benchmark_json(result, config, outputs.output)
+        typer.echo(f"wrote {outputs.output}")
+    run_id = log_benchmark_to_mlflow(
+        result, config, tracking_uri=cluster.tracking_uri, run_name=outputs.run_name
+    )
+    typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', result.benchmark)}")
+
+
+app.command("eval")(
+    command(eval_command, EvalOptions, BenchmarkOptions, EvalOutputOptions, ClusterOptions)
+)
 app.command("synth")(synth_command)
 
 

@@ -96,7 +96,7 @@ def encode(
     mi_records = _mi_records(config, root, records) if with_mi else []
     timings["prepare_s"] = time.perf_counter() - start
 
-    encoder = _Encoder(config, model, address)
+    encoder = Encoder(config, model, address)
     t0 = time.perf_counter()
     image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
     mi_queries = [ImageQuery(r.path) for r in mi_records]
@@ -121,7 +121,7 @@ def encode(
     )  # fmt: skip
 
 
-class _Encoder:
+class Encoder:
     """Runs the encoding stages: on Ray (one model per actor), or here with a model in memory."""
 
     def __init__(
@@ -155,12 +155,20 @@ class _Encoder:
         text embeddings ``[len(texts), D]``, from one run of the encoding stage. Repeated
         images and texts are encoded once."""
         image_keys = [
-            (str(q.path), json.dumps(q.inpaint_boxes) if q.inpaint_boxes else "") for q in queries
+            (
+                str(q.path),
+                json.dumps(q.inpaint_boxes) if q.inpaint_boxes else "",
+                json.dumps(q.crop) if q.crop is not None else "",
+            )
+            for q in queries
         ]
         images = list(dict.fromkeys(image_keys))
         unique_texts = list(dict.fromkeys(texts))  # captions repeat
-        rows = [{"path": path, "inpaint": boxes, "text": ""} for path, boxes in images]
-        rows += [{"path": "", "inpaint": "", "text": text} for text in unique_texts]
+        rows = [
+            {"path": path, "inpaint": boxes, "crop": crop, "text": ""}
+            for path, boxes, crop in images
+        ]
+        rows += [{"path": "", "inpaint": "", "crop": "", "text": text} for text in unique_texts]
         c = self.config
         stage = EncodeQueries(
             c.model, self.device, self.resources, c.batch_size, c.seed, self.model

@@ -24,9 +24,10 @@ class EncodeQueries(Stage):
     """Images and texts to embeddings with one model, in one pass: a pool of actors builds its
     model once for both.
 
-    A row is an image (``path`` str, ``inpaint`` a JSON list of boxes or "", ``text`` "") or a
-    text (``text`` str, ``path`` ""). Output: ``embedding`` [B, D] float32, ``error`` ("" when
-    fine; an image that cannot be read gets a zero embedding and the reason).
+    A row is an image (``path`` str, ``inpaint`` a JSON list of boxes or "", ``crop`` a JSON
+    box or "", ``text`` "") or a text (``text`` str, ``path`` ""). Output: ``embedding``
+    [B, D] float32, ``error`` ("" when fine; an image that cannot be read gets a zero
+    embedding and the reason).
     """
 
     name = "encode"
@@ -63,9 +64,11 @@ class EncodeQueries(Stage):
         tensors: list[torch.Tensor] = []
         readable: list[int] = []
         for i in images:
-            boxes = str(batch["inpaint"][i])
+            boxes, crop = str(batch["inpaint"][i]), str(batch["crop"][i])
             query = ImageQuery(
-                Path(paths[i]), tuple(map(tuple, json.loads(boxes))) if boxes else ()
+                Path(paths[i]),
+                tuple(map(tuple, json.loads(boxes))) if boxes else (),
+                tuple(json.loads(crop)) if crop else None,
             )
             try:
                 tensors.append(self.model.preprocess(query.render()))

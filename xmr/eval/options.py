@@ -76,6 +76,41 @@ class EvalOptions:
         return eval_config(**asdict(self))
 
 
+BENCHMARK_NAMES = ("aro", "sugarcrepe")
+"""The values of ``--benchmark`` (:data:`xmr.eval.benchmark.BENCHMARKS`)."""
+
+
+@dataclass(frozen=True)
+class BenchmarkOptions:
+    """``xmr eval --benchmark``: score a compositional benchmark read from ``--data`` instead of
+    a retrieval split (the model options are ``xmr eval``'s)."""
+
+    benchmark: str | None = option(
+        None, "aro | sugarcrepe: score this benchmark, read from --data, instead of a split."
+    )
+    subset: str = option(
+        "all", "ARO: vg-relation | vg-attribution | coco-order | flickr-order | all."
+    )
+    images: Path | None = option(
+        None, "SugarCrepe: the COCO val2017 images (default: DATA/val2017)."
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.benchmark is not None and self.benchmark not in BENCHMARK_NAMES:
+            raise ValueError(
+                f"--benchmark must be one of {', '.join(BENCHMARK_NAMES)}, got {self.benchmark!r}"
+            )
+        if self.benchmark == "aro":
+            from xmr.benchmarks import aro_subsets
+
+            try:
+                aro_subsets(self.subset)
+            except ValueError as exc:
+                raise ValueError(f"--subset: {exc}") from None
+        resolve_paths(self)
+
+
 @dataclass(frozen=True)
 class EvalOutputOptions:
     """Where ``xmr eval`` reports besides the console: a JSON file and the MLflow run's name."""

@@ -31,14 +31,19 @@ Box = tuple[float, float, float, float]
 
 @dataclass(frozen=True)
 class ImageQuery:
-    """An image to encode: a file, optionally with boxes to inpaint away before encoding."""
+    """An image to encode: a file, optionally with boxes to inpaint away before encoding, or
+    cropped to one box (``crop``, ``(x, y, w, h)`` pixels: a benchmark's region)."""
 
     path: Path
     inpaint_boxes: tuple[Box, ...] = ()
+    crop: Box | None = None
 
     def render(self) -> Image.Image:
-        """Load the image (RGB) and Telea-inpaint the boxes, if any. Raises ``DataError``."""
+        """Load the image (RGB), crop it, Telea-inpaint the boxes, if any. Raises ``DataError``."""
         image = load_image(self.path)
+        if self.crop is not None:
+            x, y, w, h = self.crop
+            image = image.crop((x, y, x + w, y + h))
         if not self.inpaint_boxes:
             return image
         mask = box_mask(self.inpaint_boxes, image.width, image.height)

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xmr.data.errors import DataError
+from xmr.eval.benchmark import BenchmarkResult
 from xmr.eval.config import EvalConfig
 from xmr.eval.score import EvalResult, RetrievalExample
 from xmr.metrics import metric_direction
@@ -139,3 +140,56 @@ def log_result(
         if examples and result.examples:
             save_example_grid(result.examples, Path(tmp) / "odmap_examples.png")
             run.log_artifact(Path(tmp) / "odmap_examples.png")
+
+
+def benchmark_table(result: BenchmarkResult) -> Table:
+    """The benchmark's metrics (accuracy, higher is better) in %, then how many items."""
+    table = Table(title=f"xmr eval --benchmark {result.benchmark}")
+    table.add_column("metric")
+    table.add_column("accuracy ↑", justify="right")
+    for name, value in result.metrics.items():
+        table.add_row(name, f"{100 * value:.1f}")
+    return table
+
+
+def print_benchmark(result: BenchmarkResult, console: Console | None = None) -> None:
+    """The metrics table, the counts, the missing files and the unscored items."""
+    console = console or Console()
+    console.print(benchmark_table(result))
+    counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
+    console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s on {result.device}[/dim]")
+    if result.missing:
+        console.print(f"not found, not scored: {', '.join(result.missing)}")
+    for issue in result.issues[:10]:
+        console.print(f"[yellow]skipped[/yellow] {issue.item}: {issue.reason}")
+    if len(result.issues) > 10:
+        console.print(f"... and {len(result.issues) - 10} more skipped (see --output)")
+
+
+def write_benchmark_json(result: BenchmarkResult, config: EvalConfig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json(config), indent=2) + "\n")
+    return path
+
+
+def log_benchmark_to_mlflow(
+    result: BenchmarkResult,
+    config: EvalConfig,
+    *,
+    tracking_uri: str | None = None,
+    run_name: str | None = None,
+) -> str:
+    """Log one benchmark run to experiment ``xmr/eval/<benchmark>``; returns the run id."""
+    with start_run(
+        experiment_name("eval", result.benchmark),
+        run_name=run_name,
+        tracking_uri=tracking_uri,
+        tags={"xmr.command": "eval", "xmr.benchmark": result.benchmark},
+    ) as run:
+        run.log_params(result.params(config))
+        run.log_metrics(result.metrics)
+        run.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
+        run.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
+        with tempfile.TemporaryDirectory() as tmp:
+            run.log_artifact(write_benchmark_json(result, config, Path(tmp) / "benchmark.json"))
+    return run.run_id

@@ -1,0 +1,204 @@
+"""``xmr eval --benchmark aro|sugarcrepe``: score a model on a compositional benchmark.
+
+The benchmark's items (:mod:`xmr.benchmarks`: an image or a box of it, the true caption and its
+negatives) are encoded once with the encoding stage of ``xmr eval`` (:class:`~xmr.eval.encode.
+Encoder`: Ray Data actors, or a model in memory); an item's score for a caption is the cosine
+similarity of the two L2-normalised embeddings, and the benchmark's rules turn the per-item
+verdicts (true caption strictly above every negative) into its metrics. An item whose image
+cannot be read is not scored: it is named with its reason, like every item the reader skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmr.benchmarks import (
+    ARO_FILES,
+    BenchmarkData,
+    ContrastItem,
+    GroupAccuracy,
+    aro_subsets,
+    read_aro,
+    read_sugarcrepe,
+    score_aro,
+    score_sugarcrepe,
+    true_caption_wins,
+)
+from xmr.data import DataIssue
+from xmr.eval.config import EvalConfig
+from xmr.eval.encode import Encoder
+from xmr.eval.protocol import ImageQuery
+from xmr.models import RetrievalModel, check_spec
+
+BENCHMARKS = ("aro", "sugarcrepe")
+"""The values of ``--benchmark``."""
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """A model's scores on one benchmark.
+
+    Attributes:
+        benchmark: ``aro`` or ``sugarcrepe``.
+        subsets: what was scored (the ARO subsets; ``("sugarcrepe",)``).
+        metrics: MLflow metric name -> accuracy in [0, 1] (higher is better).
+        groups: per subset, every group's accuracy (relations, attribute pairs, categories).
+        counts: ``items`` read, ``scored``, ``unreadable`` (images that failed to encode) and
+            ``skipped`` (rows the readers could not make into items).
+        missing: benchmark files that were absent (named to the user).
+        issues: every unscored row or item with its reason.
+        timings: seconds for ``read_s``, ``encode_s``, ``total_s``.
+        device: where the model ran.
+    """
+
+    benchmark: str
+    subsets: tuple[str, ...]
+    metrics: dict[str, float]
+    groups: dict[str, dict[str, GroupAccuracy]]
+    counts: dict[str, int]
+    missing: tuple[str, ...]
+    issues: list[DataIssue]
+    timings: dict[str, float]
+    device: str
+
+    def params(self, config: EvalConfig) -> dict[str, str]:
+        """Namespaced MLflow params: the model's and the benchmark's."""
+        return {
+            **config.model.params(),
+            "benchmark.name": self.benchmark,
+            "benchmark.subsets": ",".join(self.subsets),
+            "benchmark.data": str(config.data),
+            "eval.batch_size": str(config.batch_size),
+            "eval.device": self.device,
+            "eval.seed": str(config.seed),
+        }
+
+    def to_json(self, config: EvalConfig) -> dict[str, Any]:
+        """What ``--output`` writes: ``{"config", "metrics", "groups", "counts", ...}``."""
+        return {
+            "config": self.params(config),
+            "metrics": self.metrics,
+            "groups": {
+                subset: {
+                    name: {"accuracy": g.accuracy, "count": g.count, "excluded": g.excluded}
+                    for name, g in groups.items()
+                }
+                for subset, groups in self.groups.items()
+            },
+            "counts": self.counts,
+            "missing": list(self.missing),
+            "skipped": [{"item": i.item, "reason": i.reason} for i in self.issues],
+            "timings": self.timings,
+        }
+
+
+def read_benchmark(
+    benchmark: str, data: Path, *, subset: str = "all", images: Path | None = None, seed: int = 0
+) -> dict[str, BenchmarkData]:
+    """The items of ``benchmark`` in ``data``, by subset (SugarCrepe: one, ``"sugarcrepe"``).
+
+    ARO with ``subset="all"`` reads the subsets whose file is in ``data`` and names the others
+    as missing (in the first subset's ``missing``); a named subset must be there.
+
+    Raises:
+        ValueError: an unknown benchmark or subset (naming the flag), or no ARO file at all;
+            ``DataError`` for a malformed or missing benchmark file (naming it).
+    """
+    if benchmark == "sugarcrepe":
+        return {"sugarcrepe": read_sugarcrepe(data, images)}
+    if benchmark != "aro":
+        raise ValueError(f"--benchmark must be one of {', '.join(BENCHMARKS)}, got {benchmark!r}")
+    names = aro_subsets(subset)
+    present = [n for n in names if subset != "all" or (data / ARO_FILES[n]).is_file()]
+    if not present:
+        expected = ", ".join(ARO_FILES[n] for n in names)
+        raise ValueError(f"{data}: no ARO file ({expected})")
+    read = {name: read_aro(name, data, seed=seed) for name in present}
+    absent = tuple(ARO_FILES[n] for n in names if n not in read)
+    if absent:
+        first = present[0]
+        read[first] = replace(read[first], missing=read[first].missing + absent)
+    return read
+
+
+def run_benchmark(
+    config: EvalConfig,
+    benchmark: str,
+    *,
+    subset: str = "all",
+    images: Path | None = None,
+    address: str | None = None,
+    model: RetrievalModel | None = None,
+) -> BenchmarkResult:
+    """Score ``config.model`` on ``benchmark`` read from ``config.data``.
+
+    Every check that needs no cluster (the model spec, the files) comes before Ray starts.
+    ``address``: the Ray cluster (default: local Ray); ``model``: encode in this process.
+    """
+    if config.data is None:
+        raise ValueError(f"--benchmark {benchmark} needs --data, the benchmark's folder")
+    if model is None:
+        check_spec(config.model)
+    start = time.perf_counter()
+    subsets = read_benchmark(benchmark, config.data, subset=subset, images=images, seed=config.seed)
+    items = [item for read in subsets.values() for item in read.items]
+    if not items:
+        raise ValueError(f"{config.data}: no {benchmark} item to score")
+    timings = {"read_s": time.perf_counter() - start}
+
+    t0 = time.perf_counter()
+    encoder = Encoder(config, model, address)
+    texts = [caption for item in items for caption in item.captions]
+    image_emb, image_errors, text_emb = encoder.encode(
+        [ImageQuery(item.image, crop=item.box) for item in items], texts
+    )
+    timings["encode_s"] = time.perf_counter() - t0
+
+    issues = [issue for read in subsets.values() for issue in read.skipped]
+    metrics: dict[str, float] = {}
+    groups: dict[str, dict[str, GroupAccuracy]] = {}
+    offset, first_caption = 0, 0
+    scored = 0
+    for name, read in subsets.items():
+        kept: list[ContrastItem] = []
+        scores: list[np.ndarray] = []
+        for item in read.items:
+            row = slice(first_caption, first_caption + len(item.captions))
+            first_caption += len(item.captions)
+            error = image_errors[offset]
+            if error:
+                issues.append(DataIssue(item.item_id, error))
+            else:
+                kept.append(item)
+                scores.append(text_emb[row] @ image_emb[offset])
+            offset += 1
+        scored += len(kept)
+        if not kept:
+            continue
+        correct = true_caption_wins(scores)
+        score = (
+            score_sugarcrepe(kept, correct)
+            if benchmark == "sugarcrepe"
+            else score_aro(name, kept, correct)
+        )
+        metrics.update(score.metrics)
+        groups[name] = score.groups
+    timings["total_s"] = time.perf_counter() - start
+    skipped = sum(len(read.skipped) for read in subsets.values())
+    return BenchmarkResult(
+        benchmark,
+        tuple(subsets),
+        metrics,
+        groups,
+        {"items": len(items), "scored": scored, "unreadable": len(items) - scored,
+         "skipped": skipped},
+        tuple(m for read in subsets.values() for m in read.missing),
+        issues,
+        timings,
+        encoder.device,
+    )  # fmt: skip
