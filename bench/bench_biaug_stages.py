@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from process_stats import cpu_seconds, status_kib  # bench/process_stats.py
 
 from xmr.biaug import ToyWorldOracle
 from xmr.data.records import ImageRecord
@@ -68,20 +69,6 @@ PROPOSALS = 3
 COLOURS = ("red", "blue")  # the positive and the negative phrase of a COCO group
 
 
-def _status_kib(field: str) -> int:
-    """A ``VmRSS`` / ``VmHWM`` field of /proc/self/status, KiB (Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process so far (all threads)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def measure(
     stage: Stage, batches: list[Batch], images_per_row: int, repeats: int
 ) -> dict[str, float | int]:
@@ -93,7 +80,7 @@ def measure(
     the failed rows of a pass, and this process's RSS before ``setup`` and resident high-water
     mark, MiB.
     """
-    rss_before_setup = _status_kib("VmRSS") / 1024
+    rss_before_setup = status_kib("VmRSS") / 1024
     start = time.perf_counter()
     stage.setup()
     setup_s = time.perf_counter() - start
@@ -101,12 +88,12 @@ def measure(
     passes = []
     for _ in range(repeats):
         rows = failed = 0
-        cpu, start = _cpu_seconds(), time.perf_counter()
+        cpu, start = cpu_seconds(), time.perf_counter()
         for batch in batches:
             out = stage.process(batch)
             rows += len(out["key"])
             failed += sum(bool(e) for e in out["error"])
-        passes.append((time.perf_counter() - start, _cpu_seconds() - cpu))
+        passes.append((time.perf_counter() - start, cpu_seconds() - cpu))
     seconds, cpu = sorted(passes)[len(passes) // 2]
     images = rows * images_per_row
     return {
@@ -119,7 +106,7 @@ def measure(
         "wall_ms_per_image": seconds / images * 1000,
         "cpu_ms_per_image": cpu / images * 1000,
         "rss_before_setup_mib": rss_before_setup,
-        "peak_rss_mib": _status_kib("VmHWM") / 1024,
+        "peak_rss_mib": status_kib("VmHWM") / 1024,
     }
 
 

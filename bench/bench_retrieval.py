@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from process_stats import cpu_seconds, status_kib  # bench/process_stats.py
 
 SWEEP_QUERY_CHUNKS = (256, 1024, 4096)
 SWEEP_GALLERY_CHUNKS = (4096, 16384, 65536)
@@ -34,29 +34,15 @@ def embeddings(n: int, dim: int, seed: int) -> np.ndarray:
     return x
 
 
-def _status_kib(field: str) -> int:
-    """A ``VmRSS``/``VmHWM`` field of /proc/self/status in KiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process so far (all threads)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _reset_peak() -> int:
     """Reset the resident high-water mark (Linux ``clear_refs`` 5); returns the RSS in KiB."""
     Path("/proc/self/clear_refs").write_text("5")
-    return _status_kib("VmRSS")
+    return status_kib("VmRSS")
 
 
 def _peaks(base: int, prefix: str = "") -> dict[str, float]:
     """The resident high-water mark in GiB, above ``base`` (KiB) and in all."""
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     return {
         f"{prefix}peak_above_inputs_gib": (peak - base) / 2**20,
         f"{prefix}peak_rss_gib": peak / 2**20,
@@ -74,7 +60,7 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     gallery = embeddings(args.gallery, args.dim, seed=1)
     base = _reset_peak()
     result: dict[str, float] = {}
-    cpu = _cpu_seconds()
+    cpu = cpu_seconds()
     start = time.perf_counter()
     if args.worker == "chunked":
         topk_similarity(
@@ -85,18 +71,18 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
             gallery_chunk=args.gallery_chunk,
         )
         result["seconds"] = time.perf_counter() - start
-        result["cpu_seconds"] = _cpu_seconds() - cpu
+        result["cpu_seconds"] = cpu_seconds() - cpu
     else:  # dense: one [Q, G] matmul, then the exact dense rank of it
         with torch.inference_mode():
             scores = torch.from_numpy(queries) @ torch.from_numpy(gallery).T
         result["seconds"] = time.perf_counter() - start
-        result["cpu_seconds"] = _cpu_seconds() - cpu
+        result["cpu_seconds"] = cpu_seconds() - cpu
         result.update(_peaks(base, "matmul_"))
-        cpu = _cpu_seconds()
+        cpu = cpu_seconds()
         start = time.perf_counter()
         rank(scores, args.k)
         result["rank_seconds"] = time.perf_counter() - start
-        result["rank_cpu_seconds"] = _cpu_seconds() - cpu
+        result["rank_cpu_seconds"] = cpu_seconds() - cpu
     result.update(_peaks(base))
     return result
 

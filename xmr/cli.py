@@ -91,56 +91,36 @@ def eval_command(
     --clip-m applies CLIP-clip (gender paper §3.2) before ranking; the dropped dims are an
     MLflow artifact (clip_dims.json).
     """
+    from xmr.eval import report
     from xmr.tracking import experiment_name
 
+    with user_errors():
+        config = options.config()
+        if benchmark.benchmark is not None:
+            from xmr.eval.benchmark import run_benchmark
+
+            result = run_benchmark(
+                config,
+                benchmark.benchmark,
+                subset=benchmark.subset,
+                images=benchmark.images,
+                address=cluster.address,
+            )
+        else:
+            from xmr.eval.score import evaluate
+
+            result = evaluate(config, address=cluster.address)
     if benchmark.benchmark is not None:
-        _benchmark(options, benchmark, outputs, cluster)
-        return
-    from xmr.eval.report import log_to_mlflow, print_report, write_json
-    from xmr.eval.score import evaluate
-
-    with user_errors():
-        config = options.config()
-        result = evaluate(config, address=cluster.address)
-    print_report(result, config)
+        report.print_benchmark(result)
+        log, subject = report.log_benchmark_to_mlflow, benchmark.benchmark
+    else:
+        report.print_report(result, config)
+        log, subject = report.log_to_mlflow, config.dataset
     if outputs.output:
-        write_json(result, config, outputs.output)
+        report.write_json(result, config, outputs.output)
         typer.echo(f"wrote {outputs.output}")
-    run_id = log_to_mlflow(
-        result, config, tracking_uri=cluster.tracking_uri, run_name=outputs.run_name
-    )
-    typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', config.dataset)}")
-
-
-def _benchmark(
-    options: EvalOptions,
-    benchmark: BenchmarkOptions,
-    outputs: EvalOutputOptions,
-    cluster: ClusterOptions,
-) -> None:
-    """``xmr eval --benchmark``: score, print, write the JSON, log to MLflow."""
-    from xmr.eval.benchmark import run_benchmark
-    from xmr.eval.report import log_benchmark_to_mlflow, print_benchmark, write_benchmark_json
-    from xmr.tracking import experiment_name
-
-    assert benchmark.benchmark is not None
-    with user_errors():
-        config = options.config()
-        result = run_benchmark(
-            config,
-            benchmark.benchmark,
-            subset=benchmark.subset,
-            images=benchmark.images,
-            address=cluster.address,
-        )
-    print_benchmark(result)
-    if outputs.output:
-        write_benchmark_json(result, config, outputs.output)
-        typer.echo(f"wrote {outputs.output}")
-    run_id = log_benchmark_to_mlflow(
-        result, config, tracking_uri=cluster.tracking_uri, run_name=outputs.run_name
-    )
-    typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', result.benchmark)}")
+    run_id = log(result, config, tracking_uri=cluster.tracking_uri, run_name=outputs.run_name)
+    typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', subject)}")
 
 
 app.command("eval")(

@@ -20,7 +20,6 @@ import numpy as np
 from xmr.benchmarks import (
     ARO_FILES,
     BenchmarkData,
-    ContrastItem,
     GroupAccuracy,
     aro_subsets,
     read_aro,
@@ -159,28 +158,24 @@ def run_benchmark(
     )
     timings["encode_s"] = time.perf_counter() - t0
 
+    # items[i]'s scores: its captions' similarities with its image (texts are in item order)
+    ends = np.cumsum([len(item.captions) for item in items])
+    scores = [
+        text_emb[end - len(item.captions) : end] @ image_emb[i]
+        for i, (item, end) in enumerate(zip(items, ends, strict=True))
+    ]
     issues = [issue for read in subsets.values() for issue in read.skipped]
+    issues += [DataIssue(item.item_id, e) for item, e in zip(items, image_errors, strict=True) if e]
     metrics: dict[str, float] = {}
     groups: dict[str, dict[str, GroupAccuracy]] = {}
-    offset, first_caption = 0, 0
-    scored = 0
+    first = 0
     for name, read in subsets.items():
-        kept: list[ContrastItem] = []
-        scores: list[np.ndarray] = []
-        for item in read.items:
-            row = slice(first_caption, first_caption + len(item.captions))
-            first_caption += len(item.captions)
-            error = image_errors[offset]
-            if error:
-                issues.append(DataIssue(item.item_id, error))
-            else:
-                kept.append(item)
-                scores.append(text_emb[row] @ image_emb[offset])
-            offset += 1
-        scored += len(kept)
-        if not kept:
+        readable = [i for i in range(first, first + len(read.items)) if not image_errors[i]]
+        first += len(read.items)
+        if not readable:
             continue
-        correct = true_caption_wins(scores)
+        kept = [items[i] for i in readable]
+        correct = true_caption_wins([scores[i] for i in readable])
         score = (
             score_sugarcrepe(kept, correct)
             if benchmark == "sugarcrepe"
@@ -190,12 +185,13 @@ def run_benchmark(
         groups[name] = score.groups
     timings["total_s"] = time.perf_counter() - start
     skipped = sum(len(read.skipped) for read in subsets.values())
+    unreadable = sum(bool(error) for error in image_errors)
     return BenchmarkResult(
         benchmark,
         tuple(subsets),
         metrics,
         groups,
-        {"items": len(items), "scored": scored, "unreadable": len(items) - scored,
+        {"items": len(items), "scored": len(items) - unreadable, "unreadable": unreadable,
          "skipped": skipped},
         tuple(m for read in subsets.values() for m in read.missing),
         issues,

@@ -97,7 +97,8 @@ def save_example_grid(examples: list[RetrievalExample], path: Path) -> Path:
     return path
 
 
-def write_json(result: EvalResult, config: EvalConfig, path: Path) -> Path:
+def write_json(result: EvalResult | BenchmarkResult, config: EvalConfig, path: Path) -> Path:
+    """The result's JSON (``{"config", "metrics", ...}``) at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.to_json(config), indent=2) + "\n")
     return path
@@ -166,12 +167,6 @@ def print_benchmark(result: BenchmarkResult, console: Console | None = None) -> 
         console.print(f"... and {len(result.issues) - 10} more skipped (see --output)")
 
 
-def write_benchmark_json(result: BenchmarkResult, config: EvalConfig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result.to_json(config), indent=2) + "\n")
-    return path
-
-
 def log_benchmark_to_mlflow(
     result: BenchmarkResult,
     config: EvalConfig,
@@ -191,5 +186,5 @@ def log_benchmark_to_mlflow(
         run.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
         run.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
         with tempfile.TemporaryDirectory() as tmp:
-            run.log_artifact(write_benchmark_json(result, config, Path(tmp) / "benchmark.json"))
+            run.log_artifact(write_json(result, config, Path(tmp) / "benchmark.json"))
     return run.run_id

@@ -215,7 +215,8 @@ def train(
         )
     if shortfall := ratio_shortfall(data, config.synth_ratio):
         print(shortfall)
-    if not data.corpus().entities:  # the final ODmAP tags captions in the rank-0 worker
+    corpus = data.corpus()
+    if not corpus.entities:  # the final ODmAP tags captions in the rank-0 worker
         require_tagger()
     grouped = data.synth_mode == "biaug"  # batches built from whole groups
     steps_per_epoch = data.table.num_rows // config.workers // config.per_worker_batch
@@ -261,7 +262,6 @@ def train(
     # Ray Train sends the workers' prints through a logger and also prints them, so each
     # epoch line came twice and pycocotools' swallowed prints came through.
     os.environ.setdefault(TRAIN_PRINT_PATCH, "0")
-    corpus = data.corpus()
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={
