@@ -1,6 +1,7 @@
-"""xmr.benchmarks: the ARO and SugarCrepe readers on fixtures in their published layouts, the
-correctness rule (a tie is wrong), the aggregation rules (excluded relations, >= 25 items per
-attribute pair, the SugarCrepe mean) and the four Order shuffles."""
+"""xmr.benchmarks: the ARO and SugarCrepe readers on fixtures in their published layouts and the
+ToyWorld binding test's reader on its own, the correctness rule (a tie is wrong), the
+aggregation rules (excluded relations, >= 25 items per attribute pair, the SugarCrepe mean, the
+binding sides pooled over both directions) and the four Order shuffles."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from xmr.benchmarks import (
     ARO_METRICS,
+    BINDING_METRICS,
     EXCLUDED_RELATIONS,
     MIN_ATTRIBUTE_PAIR_ITEMS,
     SUGARCREPE_CATEGORIES,
@@ -24,8 +27,10 @@ from xmr.benchmarks import (
     category_metric,
     item_image,
     read_aro,
+    read_binding,
     read_sugarcrepe,
     score_aro,
+    score_binding,
     score_sugarcrepe,
     true_caption_wins,
 )
@@ -479,7 +484,77 @@ def test_every_benchmark_metric_is_higher_is_better() -> None:
         "aro/flickr_order_acc",
     ]
     assert "sugarcrepe/replace_rel_acc" in names and names[-1] == "sugarcrepe/mean_acc"
+    assert BINDING_METRICS == ("binding/swap_acc", "binding/counter_acc", "binding/stereotype_acc")
+    names += BINDING_METRICS
     assert all(metric_direction(name) is Direction.HIGHER for name in names)
+
+
+# --- the ToyWorld binding test -----------------------------------------------------------------
+
+
+def _binding(root: Path) -> Path:
+    """A world folder with a binding test of one swap item and two counter items."""
+    items = [{"id": "swap/0", "kind": "swap", "image": "binding/swap_00000.png",
+              "caption": "A red car and a blue cup.",
+              "negative_caption": "A blue car and a red cup.",
+              "objects": [["car", "red"], ["cup", "blue"]]}]  # fmt: skip
+    for i, counter in enumerate(("blue", "black")):
+        images = {side: f"binding/counter_{i:05d}_{side}.png" for side in ("stereotype", "counter")}
+        for side, colour in (("stereotype", (200, 30, 30)), ("counter", (30, 30, 200))):
+            _image(root / images[side], color=colour)
+        items.append({"id": f"counter/{i}", "kind": "counter", "class": "car",
+                      "stereotype": "red", "counter": counter, "images": images,
+                      "captions": {"stereotype": "A red car.",
+                                   "counter": f"A {counter} car."}})  # fmt: skip
+    _image(root / "binding" / "swap_00000.png")
+    return _write_json(root / "binding" / "items.json", items).parent.parent
+
+
+def test_binding_items_score_both_ways_and_pool_each_side(tmp_path: Path) -> None:
+    data = read_binding(_binding(tmp_path / "world"))
+    assert [i.group for i in data.items] == ["swap", "stereotype/i2t", "counter/i2t"] * 1 + [
+        "stereotype/i2t", "counter/i2t"]  # fmt: skip
+    assert [i.group for i in data.caption_items] == ["stereotype/t2i", "counter/t2i"] * 2
+    counter_i2t = data.items[2]
+    assert counter_i2t.image.name == "counter_00000_counter.png"
+    assert counter_i2t.captions == ("A blue car.", "A red car.")
+    stereotype_t2i = data.caption_items[0]
+    assert stereotype_t2i.caption == "A red car."
+    assert [p.name for p in stereotype_t2i.images] == [
+        "counter_00000_stereotype.png", "counter_00000_counter.png"]  # fmt: skip
+    assert all(p.is_absolute() for item in data.caption_items for p in item.images)
+    # A model that answers "red" to every car: stereotype always right, counter always wrong;
+    # the swap item's scores tie, which is wrong.
+    items_right = true_caption_wins(np.array([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8], [0.9, 0.1],
+                                              [0.2, 0.8]]))  # fmt: skip
+    captions_right = true_caption_wins(np.array([[0.9, 0.1], [0.3, 0.7]] * 2))
+    score = score_binding(data.items, items_right, data.caption_items, captions_right)
+    assert score.metrics == {"binding/swap_acc": 0.0, "binding/stereotype_acc": 1.0,
+                             "binding/counter_acc": 0.0}  # fmt: skip
+    assert list(score.groups) == ["swap", "stereotype/i2t", "stereotype/t2i", "counter/i2t",
+                                  "counter/t2i"]  # fmt: skip
+    assert score.groups["counter/t2i"].count == 2
+    # Half right on the counter side: one direction of each item.
+    mixed = score_binding(data.items, np.array([True, True, True, True, False]),
+                          data.caption_items, np.array([True, False, True, True]))  # fmt: skip
+    assert mixed.metrics["binding/counter_acc"] == pytest.approx(2 / 4)
+    assert mixed.metrics["binding/stereotype_acc"] == 1.0
+
+
+def test_binding_bad_input_is_named(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"no binding test.*--config binding"):
+        read_binding(tmp_path)
+    root = _binding(tmp_path / "world")
+    items = json.loads((root / "binding" / "items.json").read_text())
+    for change, message in (
+        ({"kind": "odd"}, "item 1: 'kind' must be 'swap' or 'counter'"),
+        ({"captions": {"stereotype": "A red car."}}, "item 1: captions: 'counter' must be"),
+        ({"images": "x.png"}, "item 1: 'images' must be an object"),
+    ):
+        _write_json(root / "binding" / "items.json", [items[0], {**items[1], **change}])
+        with pytest.raises(DataError, match=message) as info:
+            read_binding(root)
+        assert "items.json" in str(info.value)
 
 
 # --- `xmr eval --benchmark`: the readers, the encoding stage and the scoring together --------
@@ -555,4 +630,62 @@ def test_aro_scores_each_subset_present_and_names_the_rest(nltk_tagger, tmp_path
     by_relation = {"on": np.mean([right[0], right[2]]), "eating": float(right[1])}
     assert result.metrics["aro/vg_relation_acc"] == pytest.approx(
         np.mean(list(by_relation.values())), abs=1e-6
+    )
+
+
+def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path: Path) -> None:
+    """In this process with a model in memory: a generated binding world, scored both ways; the
+    caption -> image verdicts recomputed from the model's own similarities; the JSON report and
+    the MLflow run that `xmr eval --benchmark toyworld-binding` writes (the CLI's tail)."""
+    import mlflow
+
+    from xmr.data.toyworld import WorldConfig, generate
+    from xmr.eval import report
+    from xmr.eval.benchmark import run_benchmark
+    from xmr.eval.config import eval_config
+    from xmr.models import create_model
+
+    world = WorldConfig.from_dict({
+        "image_size": 64, "splits": {"test": 1}, "biased_splits": [],
+        "attribute_bias": [{"class": "car", "colour": "red", "p": 0.9}],
+        "binding": {"swap_items": 4, "counter_items": 3},
+    })  # fmt: skip
+    root = generate(tmp_path / "world", world, seed=1)
+    config = eval_config(data=root, batch_size=8)
+    model = create_model("clip", arch="xmr-tiny", seed=0)
+    result = run_benchmark(config, "toyworld-binding", model=model)
+    assert result.subsets == ("binding",)
+    assert set(result.metrics) == set(BINDING_METRICS)
+    assert result.counts == {"items": 4 + 3 * 4, "scored": 16, "unreadable": 0, "skipped": 0}
+    groups = result.groups["binding"]
+    assert {name: g.count for name, g in groups.items()} == {
+        "swap": 4,
+        "stereotype/i2t": 3,
+        "stereotype/t2i": 3,
+        "counter/i2t": 3,
+        "counter/t2i": 3,
+    }
+    # caption -> image, recomputed: does each caption pick its own render?
+    data = read_binding(root)
+    right = []
+    for item in data.caption_items:
+        images = torch.stack([model.preprocess(Image.open(p).convert("RGB")) for p in item.images])
+        with torch.no_grad():
+            scores = model.encode_images(images) @ model.encode_texts([item.caption]).T
+        right.append(bool(scores[0, 0] > scores[1, 0]))
+    counter = [r for item, r in zip(data.caption_items, right, strict=True)
+               if item.group == "counter/t2i"]  # fmt: skip
+    assert groups["counter/t2i"].accuracy == pytest.approx(np.mean(counter))
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    written = json.loads(report.write_json(result, config, tmp_path / "out.json").read_text())
+    assert written["metrics"] == result.metrics
+    assert written["config"]["benchmark.name"] == "toyworld-binding"
+    assert written["groups"]["binding"]["counter/t2i"]["count"] == 3
+    run_id = report.log_benchmark_to_mlflow(result, config, tracking_uri=uri)
+    run = mlflow.MlflowClient(uri).get_run(run_id)
+    experiment = mlflow.MlflowClient(uri).get_experiment(run.info.experiment_id)
+    assert experiment.name == "xmr/eval/toyworld-binding"
+    assert run.data.metrics["binding/counter_acc"] == pytest.approx(
+        result.metrics["binding/counter_acc"]
     )

@@ -297,7 +297,12 @@ def test_counterfactual_index_is_complete_and_exact(world: Path) -> None:
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:
-    config = _small_config(splits={"train": 6, "test": 6}, layout={"noise_std": 2.0})
+    config = _small_config(
+        splits={"train": 6, "test": 6},
+        layout={"noise_std": 2.0},
+        attribute_bias=[{"class": "car", "colour": "red", "p": 0.9}],
+        binding={"swap_items": 3, "counter_items": 3},
+    )
     a = generate(tmp_path / "a", config, seed=11)
     b = generate(tmp_path / "b", config, seed=11)
     c = generate(tmp_path / "c", config, seed=12)
@@ -308,7 +313,9 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path: Path) -> None:
             assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
         else:
             assert np.array_equal(np.asarray(Image.open(a / rel)), np.asarray(Image.open(b / rel)))
-    for rel in ("annotations/instances_train.json", "annotations/captions_test.json"):
+    assert "binding/items.json" in {str(rel) for rel in files}
+    for rel in ("annotations/instances_train.json", "annotations/captions_test.json",
+                "binding/items.json"):  # fmt: skip
         assert (a / rel).read_bytes() != (c / rel).read_bytes()
     assert json.loads((c / "world.json").read_text())["seed"] == 12
 
@@ -345,6 +352,14 @@ def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
         "biased_splits: [training]\n": "biased_splits",
         "counterfactuals:\n  alpha3: 0\n": "counterfactuals.alpha3",
         "gender_bias:\n  - {with: cup, gender: other, p: 0.8}\n": "gender_bias[0].gender",
+        "attribute_bias:\n  - {class: car, colour: pink, p: 0.9}\n": "attribute_bias[0].colour",
+        "attribute_bias:\n  - {class: person, colour: pink, p: 1}\n": "attribute_bias[0].class",
+        "attribute_bias:\n  - {class: car, colour: red, p: 2}\n": "attribute_bias[0].p",
+        "attribute_bias:\n  - {class: car, colour: red, p: 1}\n  - {class: car, colour: blue, "
+        "p: 1}\n": "attribute_bias[1].class",
+        "binding:\n  counter_items: 5\n": "binding.counter_items",
+        "binding:\n  swap_item: 5\n": "binding.swap_item",
+        "splits: {train: 5, binding: 5}\n": "splits",
     }
     for text, key in cases.items():
         path.write_text(text)
@@ -353,3 +368,68 @@ def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
         assert str(path) in str(info.value)
     with pytest.raises(FileNotFoundError):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_the_binding_world_plants_a_colour_bias_and_writes_exact_binding_items(
+    tmp_path: Path,
+) -> None:
+    """The packaged binding world's rules in a small world: in train, cars are red w.p. 0.9 and
+    captions seldom name colours; the test split is unbiased; swap items swap two colours both
+    classes have, counter items are two renders that differ only inside the object's box."""
+    packaged = load_config("binding")
+    assert [(a.category, a.colour, a.p) for a in packaged.attribute_bias] == [
+        ("car", "red", 0.9), ("umbrella", "yellow", 0.9), ("cup", "white", 0.9)]  # fmt: skip
+    assert packaged.captions.colour_prob == 0.1 and packaged.binding.counter_items > 0
+    config = WorldConfig.from_dict({
+        "image_size": 64,
+        "splits": {"train": 500, "test": 300},
+        "counterfactuals": {"splits": []},
+        "attribute_bias": [{"class": "car", "colour": "red", "p": 0.9}],
+        "captions": {"colour_prob": 0.1},
+        "binding": {"swap_items": 12, "counter_items": 8},
+    })  # fmt: skip
+    root = generate(tmp_path / "world", config, seed=5)
+    red = {}
+    for split in ("train", "test"):
+        colours = [
+            o.colour
+            for i in range(config.splits[split])
+            for o in sample_scene(config, scene_rng(5, split, i), biased=split == "train").objects
+            if o.category == "car"
+        ]
+        assert len(colours) >= 60
+        red[split] = colours.count("red") / len(colours)
+    assert abs(red["train"] - 0.9) < 0.08 and red["test"] < 0.35  # 1/6 expected
+    captions = json.loads((root / "annotations" / "captions_train.json").read_text())
+    named = [c["caption"] for c in captions["annotations"] if re.search(r"\bred car", c["caption"])]
+    with_car = [c for c in captions["annotations"] if "car" in _mentions(c["caption"], ["car"])]
+    assert 0 < len(named) < 0.2 * len(with_car)
+
+    items = json.loads((root / "binding" / "items.json").read_text())
+    assert [i["kind"] for i in items] == ["swap"] * 12 + ["counter"] * 8
+    assert json.loads((root / "world.json").read_text())["counts"]["binding"] == {
+        "swap_items": 12, "counter_items": 8}  # fmt: skip
+    from xmr.data.toyworld.classes import CLASSES
+
+    for item in items[:12]:
+        (a, colour_a), (b, colour_b) = item["objects"]
+        assert a != b and colour_a != colour_b
+        assert {colour_a, colour_b} <= set(CLASSES[a].palette) & set(CLASSES[b].palette)
+        true, swapped = item["caption"], item["negative_caption"]
+        assert true != swapped and sorted(_words(true)) == sorted(_words(swapped))
+        assert Image.open(root / item["image"]).size == (64, 64)
+    for item in items[12:]:
+        assert item["class"] == "car" and item["stereotype"] == "red"
+        assert item["counter"] in set(CLASSES["car"].palette) - {"red"}
+        captions = item["captions"]
+        assert captions["stereotype"].replace("red car", item["counter"] + " car") == captions[
+            "counter"]  # fmt: skip
+        stereotype, counter = (
+            np.asarray(Image.open(root / item["images"][side]), dtype=np.int16)
+            for side in ("stereotype", "counter")
+        )
+        changed = np.argwhere(np.any(stereotype != counter, axis=-1))
+        assert len(changed), "the two renders must differ"
+        # only inside a car-sized region: the car's box (a car spans at most ~62% of the width)
+        height, width = np.ptp(changed, axis=0) + 1
+        assert width <= 0.65 * 64 and height <= 0.4 * 64

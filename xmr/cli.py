@@ -41,7 +41,9 @@ class ToyWorldOptions:
     """``xmr data toyworld``'s options."""
 
     out: Path = option(help="Output folder (COCO layout).")
-    config: Path | None = option(None, "World YAML; defaults ship in the package.")
+    config: str | None = option(
+        None, "World YAML, or a packaged world: binding (attribute bias + binding test)."
+    )
     seed: int | None = option(None, "Overrides the config's seed.", ge=0)
     mode: str | None = option(
         None,
@@ -52,6 +54,10 @@ class ToyWorldOptions:
     def __post_init__(self) -> None:
         check_options(self)
         resolve_paths(self)
+        if self.config is not None:
+            from xmr.data.toyworld.config import world_config_path
+
+            object.__setattr__(self, "config", world_config_path(self.config))
 
 
 def data_toyworld(options: ToyWorldOptions) -> None:
@@ -86,7 +92,7 @@ def eval_command(
     cluster: ClusterOptions,
 ) -> None:
     """Evaluate a model: Recall@K both ways, ODmAP@K and Bias@K, logged to MLflow; or, with
-    --benchmark, its accuracy on ARO or SugarCrepe.
+    --benchmark, its accuracy on ARO, SugarCrepe or the ToyWorld binding test.
 
     --clip-m applies CLIP-clip (gender paper §3.2) before ranking; the dropped dims are an
     MLflow artifact (clip_dims.json).

@@ -14,7 +14,9 @@ Modules:
 - :mod:`.aro`: ARO's VG-Relation and VG-Attribution files, the subset choice, the excluded
   relations and the >= 25 items rule, the four subsets' metrics;
 - :mod:`.order`: COCO-Order and Flickr-Order built from Karpathy test captions with the four
-  seeded shuffles.
+  seeded shuffles;
+- :mod:`.binding`: the ToyWorld binding test (swap and counter-stereotype items, both
+  directions).
 """
 
 from xmr.benchmarks.aro import (
@@ -27,9 +29,11 @@ from xmr.benchmarks.aro import (
     read_aro,
     score_aro,
 )
+from xmr.benchmarks.binding import BINDING_GROUPS, BINDING_METRICS, read_binding, score_binding
 from xmr.benchmarks.items import (
     BenchmarkData,
     BenchmarkScore,
+    CaptionContrastItem,
     ContrastItem,
     GroupAccuracy,
     group_accuracies,
@@ -50,6 +54,8 @@ __all__ = [
     "ARO_FILES",
     "ARO_METRICS",
     "ARO_SUBSETS",
+    "BINDING_GROUPS",
+    "BINDING_METRICS",
     "EXCLUDED_RELATIONS",
     "MIN_ATTRIBUTE_PAIR_ITEMS",
     "PERTURBATIONS",
@@ -57,6 +63,7 @@ __all__ = [
     "SUGARCREPE_MEAN_METRIC",
     "BenchmarkData",
     "BenchmarkScore",
+    "CaptionContrastItem",
     "ContrastItem",
     "GroupAccuracy",
     "aro_subsets",
@@ -66,9 +73,11 @@ __all__ = [
     "macro_accuracy",
     "order_captions",
     "read_aro",
+    "read_binding",
     "read_order",
     "read_sugarcrepe",
     "score_aro",
+    "score_binding",
     "score_sugarcrepe",
     "true_caption_wins",
 ]

@@ -1,8 +1,10 @@
-"""The item form every benchmark reads into, the correctness rule and per-group accuracy.
+"""The item forms benchmarks read into, the correctness rule and per-group accuracy.
 
-A benchmark item is one image (or a box of it) and K >= 2 captions, the true one first. A model
-answers an item right when the image's similarity with the true caption is STRICTLY above its
-similarity with every other caption: a tie counts as wrong (so a model that scores every caption
+A benchmark item is one image (or a box of it) and K >= 2 captions, the true one first
+(:class:`ContrastItem`, image -> caption), or one caption and K >= 2 images, the true one first
+(:class:`CaptionContrastItem`, caption -> image; the ToyWorld binding test scores both ways). A
+model answers an item right when the true candidate's similarity with the query is STRICTLY
+above every other candidate's: a tie counts as wrong (so a model that scores every candidate
 alike, e.g. a constant, gets 0, not 1/K or 1), and so does a NaN score.
 
 Items of one benchmark may have different K (VG-Relation and SugarCrepe have 2; an Order item
@@ -55,11 +57,34 @@ class ContrastItem:
 
 
 @dataclass(frozen=True)
+class CaptionContrastItem:
+    """One caption -> image item: a caption and its images, the true one first.
+
+    Attributes:
+        item_id: unique within its benchmark (e.g. ``"counter/3/t2i/counter"``).
+        caption: the query.
+        images: absolute paths; index 0 the image the caption describes, the others its
+            negatives; at least 2.
+        group: what the benchmark aggregates by.
+    """
+
+    item_id: str
+    caption: str
+    images: tuple[Path, ...]
+    group: str
+
+    def __post_init__(self) -> None:
+        if len(self.images) < 2:
+            raise ValueError(f"item {self.item_id!r}: needs a true image and a negative")
+
+
+@dataclass(frozen=True)
 class BenchmarkData:
     """What a benchmark reader returns.
 
     Attributes:
-        items: the items, in file order.
+        items: the image -> caption items, in file order.
+        caption_items: the caption -> image items (benchmarks that score that way too).
         missing: benchmark files that were expected but absent (SugarCrepe categories), to be
             named to the user; the benchmark is scored without them.
         skipped: rows read but not made into items, each with its reason (an Order caption that
@@ -69,6 +94,7 @@ class BenchmarkData:
     items: tuple[ContrastItem, ...]
     missing: tuple[str, ...] = ()
     skipped: tuple[DataIssue, ...] = ()
+    caption_items: tuple[CaptionContrastItem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,12 +140,12 @@ def item_image(item: ContrastItem) -> Image.Image:
 
 
 def true_caption_wins(scores: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
-    """Per-item correctness: the true caption (index 0) scores strictly above every negative.
+    """Per-item correctness: the true candidate (index 0) scores strictly above every negative.
 
     Args:
-        scores: per item, the similarity of its image with each of its K captions, in the
-            item's caption order: a sequence of N 1-D arrays (K may differ between items), or
-            one ``(N, K)`` array.
+        scores: per item, the similarity of its query with each of its K candidates (captions
+            of an image, or images of a caption), in the item's order: a sequence of N 1-D
+            arrays (K may differ between items), or one ``(N, K)`` array.
 
     Returns:
         bool ``(N,)``. A tie with any negative is wrong, and so is a NaN anywhere in the row.
@@ -143,7 +169,7 @@ def true_caption_wins(scores: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
 
 
 def group_accuracies(
-    items: Sequence[ContrastItem], correct: np.ndarray
+    items: Sequence[ContrastItem | CaptionContrastItem], correct: np.ndarray
 ) -> dict[str, GroupAccuracy]:
     """The accuracy of each group of ``items``, groups in order of first appearance.
 

@@ -1,10 +1,11 @@
-"""``xmr eval --benchmark aro|sugarcrepe``: score a model on a compositional benchmark.
+"""``xmr eval --benchmark aro|sugarcrepe|toyworld-binding``: score a model on a benchmark.
 
 The benchmark's items (:mod:`xmr.benchmarks`: an image or a box of it, the true caption and its
-negatives) are encoded once with the encoding stage of ``xmr eval`` (:class:`~xmr.eval.encode.
-Encoder`: Ray Data actors, or a model in memory); an item's score for a caption is the cosine
-similarity of the two L2-normalised embeddings, and the benchmark's rules turn the per-item
-verdicts (true caption strictly above every negative) into its metrics. An item whose image
+negatives; or a caption, its true image and the negative ones) are encoded once with the
+encoding stage of ``xmr eval`` (:class:`~xmr.eval.encode.Encoder`: Ray Data actors, or a model
+in memory); an item's score for a candidate is the cosine similarity of the two L2-normalised
+embeddings, and the benchmark's rules turn the per-item verdicts (true candidate strictly above
+every negative) into its metrics. An item whose image
 cannot be read is not scored: it is named with its reason, like every item the reader skipped.
 """
 
@@ -23,8 +24,10 @@ from xmr.benchmarks import (
     GroupAccuracy,
     aro_subsets,
     read_aro,
+    read_binding,
     read_sugarcrepe,
     score_aro,
+    score_binding,
     score_sugarcrepe,
     true_caption_wins,
 )
@@ -34,7 +37,7 @@ from xmr.eval.encode import Encoder
 from xmr.eval.protocol import ImageQuery
 from xmr.models import RetrievalModel, check_spec
 
-BENCHMARKS = ("aro", "sugarcrepe")
+BENCHMARKS = ("aro", "sugarcrepe", "toyworld-binding")
 """The values of ``--benchmark``."""
 
 
@@ -43,8 +46,8 @@ class BenchmarkResult:
     """A model's scores on one benchmark.
 
     Attributes:
-        benchmark: ``aro`` or ``sugarcrepe``.
-        subsets: what was scored (the ARO subsets; ``("sugarcrepe",)``).
+        benchmark: one of :data:`BENCHMARKS`.
+        subsets: what was scored (the ARO subsets; ``("sugarcrepe",)``; ``("binding",)``).
         metrics: MLflow metric name -> accuracy in [0, 1] (higher is better).
         groups: per subset, every group's accuracy (relations, attribute pairs, categories).
         counts: ``items`` read, ``scored``, ``unreadable`` (images that failed to encode) and
@@ -99,7 +102,8 @@ class BenchmarkResult:
 def read_benchmark(
     benchmark: str, data: Path, *, subset: str = "all", images: Path | None = None, seed: int = 0
 ) -> dict[str, BenchmarkData]:
-    """The items of ``benchmark`` in ``data``, by subset (SugarCrepe: one, ``"sugarcrepe"``).
+    """The items of ``benchmark`` in ``data``, by subset (SugarCrepe: one, ``"sugarcrepe"``;
+    the ToyWorld binding test: one, ``"binding"``, read from the world folder ``data``).
 
     ARO with ``subset="all"`` reads the subsets whose file is in ``data`` and names the others
     as missing (in the first subset's ``missing``); a named subset must be there.
@@ -110,6 +114,8 @@ def read_benchmark(
     """
     if benchmark == "sugarcrepe":
         return {"sugarcrepe": read_sugarcrepe(data, images)}
+    if benchmark == "toyworld-binding":
+        return {"binding": read_binding(data)}
     if benchmark != "aro":
         raise ValueError(f"--benchmark must be one of {', '.join(BENCHMARKS)}, got {benchmark!r}")
     names = aro_subsets(subset)
@@ -146,52 +152,83 @@ def run_benchmark(
     start = time.perf_counter()
     subsets = read_benchmark(benchmark, config.data, subset=subset, images=images, seed=config.seed)
     items = [item for read in subsets.values() for item in read.items]
-    if not items:
+    caption_items = [item for read in subsets.values() for item in read.caption_items]
+    if not items and not caption_items:
         raise ValueError(f"{config.data}: no {benchmark} item to score")
     timings = {"read_s": time.perf_counter() - start}
 
     t0 = time.perf_counter()
     encoder = Encoder(config, model, address)
+    # images: each item's, then each caption item's; texts: each item's captions, then each
+    # caption item's caption (the encoder encodes repeats once)
+    queries = [ImageQuery(item.image, crop=item.box) for item in items]
+    queries += [ImageQuery(image) for item in caption_items for image in item.images]
     texts = [caption for item in items for caption in item.captions]
-    image_emb, image_errors, text_emb = encoder.encode(
-        [ImageQuery(item.image, crop=item.box) for item in items], texts
-    )
+    texts += [item.caption for item in caption_items]
+    image_emb, image_errors, text_emb = encoder.encode(queries, texts)
     timings["encode_s"] = time.perf_counter() - t0
 
-    # items[i]'s scores: its captions' similarities with its image (texts are in item order)
-    ends = np.cumsum([len(item.captions) for item in items])
+    ends = np.cumsum([len(item.captions) for item in items], dtype=np.int64)
     scores = [
         text_emb[end - len(item.captions) : end] @ image_emb[i]
         for i, (item, end) in enumerate(zip(items, ends, strict=True))
     ]
+    caption_errors: list[str] = []
+    caption_scores = []
+    first_image, first_text = len(items), int(ends[-1]) if len(items) else 0
+    for j, item in enumerate(caption_items):
+        rows = range(first_image, first_image + len(item.images))
+        first_image += len(item.images)
+        caption_errors.append("; ".join(image_errors[r] for r in rows if image_errors[r]))
+        caption_scores.append(image_emb[list(rows)] @ text_emb[first_text + j])
     issues = [issue for read in subsets.values() for issue in read.skipped]
-    issues += [DataIssue(item.item_id, e) for item, e in zip(items, image_errors, strict=True) if e]
+    issues += [
+        DataIssue(item.item_id, e)
+        for item, e in zip(items, image_errors[: len(items)], strict=True)
+        if e
+    ]
+    issues += [
+        DataIssue(item.item_id, e)
+        for item, e in zip(caption_items, caption_errors, strict=True)
+        if e
+    ]
     metrics: dict[str, float] = {}
     groups: dict[str, dict[str, GroupAccuracy]] = {}
-    first = 0
+    first = first_caption = 0
     for name, read in subsets.items():
         readable = [i for i in range(first, first + len(read.items)) if not image_errors[i]]
         first += len(read.items)
-        if not readable:
+        span = range(first_caption, first_caption + len(read.caption_items))
+        first_caption += len(read.caption_items)
+        readable_captions = [j for j in span if not caption_errors[j]]
+        if not readable and not readable_captions:
             continue
         kept = [items[i] for i in readable]
         correct = true_caption_wins([scores[i] for i in readable])
-        score = (
-            score_sugarcrepe(kept, correct)
-            if benchmark == "sugarcrepe"
-            else score_aro(name, kept, correct)
-        )
+        if benchmark == "sugarcrepe":
+            score = score_sugarcrepe(kept, correct)
+        elif benchmark == "toyworld-binding":
+            score = score_binding(
+                kept,
+                correct,
+                [caption_items[j] for j in readable_captions],
+                true_caption_wins([caption_scores[j] for j in readable_captions]),
+            )
+        else:
+            score = score_aro(name, kept, correct)
         metrics.update(score.metrics)
         groups[name] = score.groups
     timings["total_s"] = time.perf_counter() - start
     skipped = sum(len(read.skipped) for read in subsets.values())
-    unreadable = sum(bool(error) for error in image_errors)
+    unreadable = sum(bool(error) for error in image_errors[: len(items)])
+    unreadable += sum(bool(error) for error in caption_errors)
+    total = len(items) + len(caption_items)
     return BenchmarkResult(
         benchmark,
         tuple(subsets),
         metrics,
         groups,
-        {"items": len(items), "scored": len(items) - unreadable, "unreadable": unreadable,
+        {"items": total, "scored": total - unreadable, "unreadable": unreadable,
          "skipped": skipped},
         tuple(m for read in subsets.values() for m in read.missing),
         issues,

@@ -76,7 +76,7 @@ class EvalOptions:
         return eval_config(**asdict(self))
 
 
-BENCHMARK_NAMES = ("aro", "sugarcrepe")
+BENCHMARK_NAMES = ("aro", "sugarcrepe", "toyworld-binding")
 """The values of ``--benchmark`` (:data:`xmr.eval.benchmark.BENCHMARKS`)."""
 
 
@@ -86,7 +86,9 @@ class BenchmarkOptions:
     a retrieval split (the model options are ``xmr eval``'s)."""
 
     benchmark: str | None = option(
-        None, "aro | sugarcrepe: score this benchmark, read from --data, instead of a split."
+        None,
+        "aro | sugarcrepe | toyworld-binding: score this benchmark, read from --data (for "
+        "toyworld-binding a world with a binding test), instead of a split.",
     )
     subset: str = option(
         "all", "ARO: vg-relation | vg-attribution | coco-order | flickr-order | all."

@@ -7,7 +7,7 @@ name:
 - higher is better: Recall@K (``recall_i2t_at_10``, ``subcat_recall_t2i_at_1``), mAP@K,
   ODmAP@K, the summed recalls (``rsum``, ``sumr``, ``subcat_sumr``), the compositional
   benchmarks' accuracies (``aro/vg_relation_acc``, ``sugarcrepe/swap_att_acc``,
-  ``sugarcrepe/mean_acc``; :mod:`xmr.benchmarks`);
+  ``sugarcrepe/mean_acc``, ``binding/counter_acc``; :mod:`xmr.benchmarks`);
 - lower is better: training losses (``loss``, ``loss_itc``, ...);
 - signed, best at 0 and judged by size (compare ``|x|``): Bias@K (gender paper §2.2, in
   [-1, 1], + = towards male) and the similarity bias (its Eq. 9).
@@ -67,6 +67,7 @@ DIRECTIONS: tuple[tuple[str, Direction], ...] = (
     (r"rsum|(subcat_)?sumr", Direction.HIGHER),
     (r"(vg_relation|vg_attribution|coco_order|flickr_order)_acc", Direction.HIGHER),  # ARO
     (r"(add|replace|swap)_(att|obj)_acc|replace_rel_acc|mean_acc", Direction.HIGHER),  # SugarCrepe
+    (r"(swap|counter|stereotype)_acc", Direction.HIGHER),  # the ToyWorld binding test
     (r"loss(_\w+)?", Direction.LOWER),
     (r"bias_at_\d+|similarity_bias", Direction.TOWARD_ZERO),
 )
@@ -96,7 +97,8 @@ def metric_direction(name: str) -> Direction:
     if direction is None:
         raise UnknownMetricError(
             f"metric {name!r}: its direction is not known (xmr.metrics.direction declares "
-            "recall_*, odmap_at_*, map_at_*, rsum, sumr, the ARO and SugarCrepe *_acc, loss*, "
+            "recall_*, odmap_at_*, map_at_*, rsum, sumr, the ARO, SugarCrepe and binding *_acc, "
+            "loss*, "
             "bias_at_*, similarity_bias)"
         )
     return direction

@@ -122,10 +122,17 @@ class _Captioner:
     """Caption sampler for one scene."""
 
     def __init__(
-        self, scene: Scene, rng: np.random.Generator, *, neutral: bool, gendered_word_prob: float
+        self,
+        scene: Scene,
+        rng: np.random.Generator,
+        *,
+        neutral: bool,
+        gendered_word_prob: float,
+        colour_prob: float,
     ) -> None:
         self.scene, self.rng = scene, rng
         self.neutral, self.gendered_word_prob = neutral, gendered_word_prob
+        self.colour_prob = colour_prob
         self.counts = Counter(o.category for o in scene.objects)
         self.classes = list(self.counts)
         self.colours = {
@@ -194,7 +201,7 @@ class _Captioner:
         if len(colours) == 1 and (category, *colours) in EXTRA_WORDS:
             one = (*one, EXTRA_WORDS[(category, *colours)])
         singular, plural = _choice(rng, one)[0], _choice(rng, many)[0]
-        if len(colours) == 1 and rng.random() < 0.4:
+        if len(colours) == 1 and rng.random() < self.colour_prob:
             colour = next(iter(colours))
             singular, plural = f"{colour} {singular}", f"{colour} {plural}"
         return _counted(self.counts[category], singular, plural)
@@ -258,15 +265,24 @@ def make_captions(
     *,
     n: int = 5,
     omit_prob: float = 0.2,
+    colour_prob: float = 0.4,
     gendered_word_prob: float = 0.85,
     neutral: bool = False,
 ) -> list[str]:
     """``n`` captions, distinct where possible, for a scene with at least one object.
 
     ``omit_prob``: each caption leaves out each class with this probability (reporting bias),
-    keeping at least one. ``neutral``: only gender-neutral person words.
+    keeping at least one. ``colour_prob``: a class whose instances share one colour is named with
+    it with this probability (the colour's reporting bias). ``neutral``: only gender-neutral
+    person words.
     """
-    captioner = _Captioner(scene, rng, neutral=neutral, gendered_word_prob=gendered_word_prob)
+    captioner = _Captioner(
+        scene,
+        rng,
+        neutral=neutral,
+        gendered_word_prob=gendered_word_prob,
+        colour_prob=colour_prob,
+    )
     captions: list[str] = []
     for _ in range(n):
         text = captioner.caption(omit_prob)

@@ -21,8 +21,11 @@ from xmr.data.toyworld.background import BACKGROUNDS
 from xmr.data.toyworld.classes import CLASSES, GENDERS
 
 DEFAULT_PATH = Path(__file__).with_name("default.yaml")
-_MERGED_SECTIONS = ("layout", "captions", "counterfactuals")
+PACKAGED_WORLDS = {"binding": Path(__file__).with_name("binding.yaml")}
+"""World YAMLs that ship with xmr, by the name ``--config`` takes instead of a path."""
+_MERGED_SECTIONS = ("layout", "captions", "counterfactuals", "binding")
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_RESERVED_FOLDERS = ("annotations", "counterfactuals", "binding")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ class GenderBias:
 
 
 @dataclass(frozen=True)
+class AttributeBias:
+    """In a biased split, an instance of class ``category`` is ``colour`` with probability ``p``
+    (otherwise one of the class's other palette colours, uniformly)."""
+
+    category: str
+    colour: str
+    p: float
+
+
+@dataclass(frozen=True)
 class LayoutConfig:
     """Scene composition: object counts, interaction probabilities, pixel noise (grey levels)."""
 
@@ -61,9 +74,11 @@ class LayoutConfig:
 
 @dataclass(frozen=True)
 class CaptionConfig:
-    """Caption sampling: reporting bias (``omit_prob``) and gendered wording."""
+    """Caption sampling: reporting bias (``omit_prob`` for classes, ``colour_prob`` for the colour
+    of a class whose instances share one) and gendered wording."""
 
     omit_prob: float
+    colour_prob: float
     gendered_word_prob: float
     neutral_splits: tuple[str, ...]
 
@@ -79,6 +94,19 @@ class CounterfactualConfig:
 
 
 @dataclass(frozen=True)
+class BindingConfig:
+    """The attribute-binding test (:mod:`xmr.data.toyworld.binding`): how many items of each kind.
+
+    ``swap_items``: two objects of distinct colours, the true caption against the colours swapped.
+    ``counter_items``: one object of an ``attribute_bias`` class drawn twice, in its stereotyped
+    colour and in another one (none without an ``attribute_bias`` rule).
+    """
+
+    swap_items: int
+    counter_items: int
+
+
+@dataclass(frozen=True)
 class WorldConfig:
     """A whole ToyWorld. ``image_size`` in pixels; ``splits`` maps split name -> image count."""
 
@@ -90,9 +118,11 @@ class WorldConfig:
     biased_splits: tuple[str, ...]
     cooccurrence: tuple[Cooccurrence, ...]
     gender_bias: tuple[GenderBias, ...]
+    attribute_bias: tuple[AttributeBias, ...]
     layout: LayoutConfig
     captions: CaptionConfig
     counterfactuals: CounterfactualConfig
+    binding: BindingConfig
 
     mode = "scene"
 
@@ -102,6 +132,9 @@ class WorldConfig:
         data["splits"] = dict(self.splits)
         data["gender_bias"] = [
             {"with": g.with_class, "gender": g.gender, "p": g.p} for g in self.gender_bias
+        ]
+        data["attribute_bias"] = [
+            {"class": a.category, "colour": a.colour, "p": a.p} for a in self.attribute_bias
         ]
         for key, value in list(data.items()):
             if isinstance(value, tuple):
@@ -125,15 +158,25 @@ def load_config(path: str | Path | None = None) -> WorldConfig:
     return WorldConfig.from_dict(read_world_yaml(path), str(path))
 
 
+def world_config_path(config: str | Path) -> Path:
+    """The world YAML ``config`` names: a file (made absolute), or a packaged world's name
+    (:data:`PACKAGED_WORLDS`) when no such file exists."""
+    path = Path(config).expanduser()
+    if not path.exists() and str(config) in PACKAGED_WORLDS:
+        return PACKAGED_WORLDS[str(config)]
+    return path.resolve()
+
+
 def read_world_yaml(path: str | Path) -> Mapping[str, Any]:
-    """The top-level mapping of a world YAML file (scene or shop).
+    """The top-level mapping of a world YAML file (scene or shop), or of a packaged world by name.
 
     Raises ``FileNotFoundError`` for a missing file, ``ValueError`` naming the file for bad YAML
     or a top level that is not a mapping.
     """
-    path = Path(path)
+    path = world_config_path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such world config")
+        packaged = ", ".join(PACKAGED_WORLDS)
+        raise FileNotFoundError(f"{path}: no such world config (packaged worlds: {packaged})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -222,6 +265,8 @@ def _splits(value: Any, source: str) -> dict[str, int]:
     for name, count in _mapping(value, "splits", source).items():
         if not isinstance(name, str) or not _SPLIT_NAME.match(name):
             raise _fail(source, "splits", f"split names are letters, digits, '_' or '-': {name!r}")
+        if name in _RESERVED_FOLDERS:
+            raise _fail(source, "splits", f"{name!r} is a folder of the world's own, not a split")
         splits[name] = _int(count, f"splits.{name}", source, 0, 10_000_000)
     if not splits:
         raise _fail(source, "splits", "needs at least one split")
@@ -265,6 +310,19 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
             GenderBias(with_class, gender, _float(entry["p"], f"{key}.p", source, 0, 1))
         )
 
+    attribute_bias = []
+    fields = ("class", "colour", "p")
+    for i, entry in enumerate(_entries(data["attribute_bias"], "attribute_bias", source, fields)):
+        key = f"attribute_bias[{i}]"
+        others = tuple(c for c in classes if c != "person")
+        category = _name(entry["class"], f"{key}.class", source, others)
+        if any(a.category == category for a in attribute_bias):
+            raise _fail(source, f"{key}.class", f"{category!r} has a rule already")
+        colour = _name(entry["colour"], f"{key}.colour", source, tuple(CLASSES[category].palette))
+        attribute_bias.append(
+            AttributeBias(category, colour, _float(entry["p"], f"{key}.p", source, 0, 1))
+        )
+
     lay = _mapping(data["layout"], "layout", source)
     layout = LayoutConfig(
         min_objects=_int(lay["min_objects"], "layout.min_objects", source, 1, 8),
@@ -282,6 +340,7 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
     cap = _mapping(data["captions"], "captions", source)
     captions = CaptionConfig(
         omit_prob=_float(cap["omit_prob"], "captions.omit_prob", source, 0, 1),
+        colour_prob=_float(cap["colour_prob"], "captions.colour_prob", source, 0, 1),
         gendered_word_prob=_float(
             cap["gendered_word_prob"], "captions.gendered_word_prob", source, 0, 1
         ),
@@ -297,6 +356,15 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
     for name in ("alpha1", "alpha2", "alpha3"):
         if getattr(counterfactuals, name) == 0:
             raise _fail(source, f"counterfactuals.{name}", "must be in (0, 1], got 0")
+    bind = _mapping(data["binding"], "binding", source)
+    binding = BindingConfig(
+        swap_items=_int(bind["swap_items"], "binding.swap_items", source, 0, 1_000_000),
+        counter_items=_int(bind["counter_items"], "binding.counter_items", source, 0, 1_000_000),
+    )
+    if binding.counter_items and not attribute_bias:
+        raise _fail(
+            source, "binding.counter_items", "needs an attribute_bias rule (whose stereotype?)"
+        )
     backgrounds = _names(data["backgrounds"], "backgrounds", source, BACKGROUNDS)
     if not backgrounds:
         raise _fail(source, "backgrounds", "needs at least one background")
@@ -309,7 +377,9 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
         biased_splits=split_list("biased_splits", data["biased_splits"]),
         cooccurrence=tuple(cooccurrence),
         gender_bias=tuple(gender_bias),
+        attribute_bias=tuple(attribute_bias),
         layout=layout,
         captions=captions,
         counterfactuals=counterfactuals,
+        binding=binding,
     )

@@ -9,6 +9,8 @@ Layout under ``out_dir``::
     {split}/{image_id:012d}.png             images (file_name in the JSON is the base name)
     counterfactuals/index_{split}.json      [{id, file_name, source_image_id, removed, kept}]
     counterfactuals/{split}/{source_image_id:012d}_{removed classes joined by '+'}.png
+    binding/items.json, binding/*.png       the attribute-binding test, when the config asks for
+                                            one (:mod:`xmr.data.toyworld.binding`)
 
 Image ids run from 1 across the splits in config order; annotation, caption and counterfactual
 ids run from 1 across the whole world. Image ``i`` of a split draws everything from
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from xmr.data.toyworld.binding import write_binding
 from xmr.data.toyworld.captions import make_captions
 from xmr.data.toyworld.classes import CLASSES
 from xmr.data.toyworld.config import WorldConfig, load_config
@@ -83,6 +86,7 @@ def _run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
             scene,
             rng,
             omit_prob=cfg.captions.omit_prob,
+            colour_prob=cfg.captions.colour_prob,
             gendered_word_prob=cfg.captions.gendered_word_prob,
             neutral=neutral,
         )
@@ -127,7 +131,8 @@ def _run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
 def _write_annotations(
     out: Path, cfg: WorldConfig, items: Items, info: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """The COCO files and counterfactual indexes of every split; returns the per-split counts."""
+    """The COCO files and counterfactual indexes of every split, and the binding test when the
+    config asks for one; returns the per-split counts (and ``binding``'s)."""
     categories = [
         {"id": CLASSES[c].coco_id, "name": c, "supercategory": CLASSES[c].supercategory}
         for c in sorted(cfg.classes, key=lambda c: CLASSES[c].coco_id)
@@ -163,6 +168,8 @@ def _write_annotations(
         if split in cfg.counterfactuals.splits:
             write_json(out / "counterfactuals" / f"index_{split}.json", index)
             counts[split]["counterfactuals"] = len(index)
+    if cfg.binding.swap_items or cfg.binding.counter_items:
+        counts["binding"] = write_binding(out, cfg)
     return counts
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xmr.data.toyworld.classes import CLASSES, palette
-from xmr.data.toyworld.config import WorldConfig
+from xmr.data.toyworld.config import AttributeBias, WorldConfig
 
 Box = tuple[int, int, int, int]
 
@@ -130,6 +130,20 @@ def sample_gender(
     return "female" if rng.random() < p_female else "male"
 
 
+def sample_colour(
+    category: str, gender: str | None, rule: AttributeBias | None, rng: np.random.Generator
+) -> str:
+    """A palette colour of one instance: uniform, or with ``rule`` its colour w.p. ``rule.p`` and
+    one of the class's other colours (uniformly) otherwise."""
+    names = list(palette(category, gender))
+    if rule is None:
+        return names[int(rng.integers(len(names)))]
+    if rng.random() < rule.p:
+        return rule.colour
+    others = [name for name in names if name != rule.colour]
+    return others[int(rng.integers(len(others)))]
+
+
 @dataclass
 class _Item:
     """A mutable object while the layout is built."""
@@ -143,7 +157,9 @@ class _Item:
     scale: float = 1.0  # depth scale of the sizes
 
 
-def _size(category: str, size: int, scale: float, rng: np.random.Generator) -> tuple[float, float]:
+def object_size(
+    category: str, size: int, scale: float, rng: np.random.Generator
+) -> tuple[float, float]:
     """Width and height in pixels of a new instance (longer side from the class's range)."""
     spec = CLASSES[category]
     side = rng.uniform(*spec.size) * size * scale
@@ -196,7 +212,7 @@ def _place_child(item: _Item, parent: _Item, size: int, rng: np.random.Generator
         cx = px + pw * (seat if parent.facing > 0 else 1 - seat)
         item.box = (cx - width / 2, bottom - height, width, height)
         return
-    w, h = _size(item.category, size, parent.scale, rng)
+    w, h = object_size(item.category, size, parent.scale, rng)
     tabled = parent.category == "dining table"
     shrink = min(1.0, (0.9 if tabled else 0.55) * pw / w, (0.42 if tabled else 0.6) * ph / h)
     w, h = w * shrink, h * shrink
@@ -238,7 +254,7 @@ def _group_shift(items: list[_Item], root: int, size: int, *, vertical: bool) ->
 
 
 def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool) -> Scene:
-    """Sample one scene. ``biased``: plant the configured co-occurrences and gender rules."""
+    """Sample one scene. ``biased``: plant the configured co-occurrence, gender, colour rules."""
     size = config.image_size
     counts = sample_counts(config, rng, biased=biased)
     items = [
@@ -270,7 +286,7 @@ def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool)
             bottom = rng.uniform(horizon + 0.12 * size, size)
             scale = 0.8 + 0.4 * (bottom - horizon) / (size - horizon)
         item.scale = scale
-        w, h = _size(item.category, size, scale, rng)
+        w, h = object_size(item.category, size, scale, rng)
         x = rng.uniform(0, max(0.0, size - w))
         item.box = (x, bottom - h, w, h)
     # Children after parents: riders after mounts, held / tabled things after their holders.
@@ -289,17 +305,17 @@ def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool)
 
     order = sorted(range(len(items)), key=depth)
     position = {old: new for new, old in enumerate(order)}
+    rules = {a.category: a for a in config.attribute_bias} if biased else {}
     objects = []
     for i in order:
         item = items[i]
-        names = list(palette(item.category, item.gender))
         x, y, w, h = item.box
         box = (round(x), round(y), max(2, round(w)), max(2, round(h)))
         objects.append(
             SceneObject(
                 category=item.category,
                 box=box,
-                colour=names[int(rng.integers(len(names)))],
+                colour=sample_colour(item.category, item.gender, rules.get(item.category), rng),
                 style=tuple(float(v) for v in rng.random(N_STYLE)),
                 facing=item.facing,
                 gender=item.gender,
