@@ -283,6 +283,27 @@ def test_the_hard_negatives_flag(tiny_world, biaug_dprime, tmp_path) -> None:
         train(config, tracking_uri=f"sqlite:///{tmp_path / 'never.db'}")  # before Ray starts
 
 
+def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
+    tiny_world, biaug_dprime, tmp_path
+) -> None:
+    """BiAug's ablation "D′ without D": the same seeded D′ sample, no pair of D; a run name of
+    its own; refused without --synth."""
+    records = read_dataset("toyworld", tiny_world, "train")
+    mixed = training_data(records, biaug_dprime, 0.5, seed=3)
+    alone = training_data(records, biaug_dprime, 0.5, seed=3, synth_only=True)
+    assert alone.original == 0 and alone.synthetic == mixed.synthetic > 0
+    assert alone.table.to_pylist() == mixed.table.slice(mixed.original).to_pylist()
+    base = resolve_config("clip", data=tiny_world, synth=biaug_dprime, storage=tmp_path)
+    ablation = resolve_config(
+        "clip", data=tiny_world, synth=biaug_dprime, storage=tmp_path, synth_only=True
+    )
+    assert ablation.params()["data.synth_only"] == "True"
+    assert base.fingerprint() != ablation.fingerprint()
+    assert TrainOptions(synth=biaug_dprime, synth_only=True).config().synth_only is True
+    with pytest.raises(ValueError, match="--synth-only needs --synth"):
+        resolve_config("clip", data=tiny_world, synth_only=True)
+
+
 def test_rows_to_columns_feed_collate_and_collate_ahead_keeps_order() -> None:
     rows = [{"caption": "a", "group_id": "g"}, {"caption": "b", "group_id": "g"}]
     assert rows_to_columns(rows) == {"caption": ["a", "b"], "group_id": ["g", "g"]}

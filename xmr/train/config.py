@@ -118,6 +118,7 @@ class TrainConfig:
     synth: Path | None = None  # a finished D′ build (`xmr synth --out`)
     synth_ratio: float | None = None  # |D′ sample| / |D|; None: all of D′
     hard_negatives: bool = True  # a BiAug D′'s pairs share a batch (xmr.train.batching)
+    synth_only: bool = False  # train on the D′ sample alone (the ablation "D′ without D")
     loss: LossConfig = field(default_factory=LossConfig)
     seed: int = 0
     eval_every: int = 0  # evaluate on eval_split every N epochs (0: only at the end)
@@ -142,6 +143,8 @@ class TrainConfig:
             raise ValueError("--synth-ratio needs --synth (a D′ folder from `xmr synth`)")
         if not self.hard_negatives and self.synth is None:
             raise ValueError("--no-hard-negatives needs --synth (a BiAug D′ from `xmr synth`)")
+        if self.synth_only and self.synth is None:
+            raise ValueError("--synth-only needs --synth (a D′ folder from `xmr synth`)")
         resolve_paths(self)
         if not self.name:
             object.__setattr__(self, "name", self.default_name())
@@ -153,12 +156,14 @@ class TrainConfig:
     def fingerprint(self) -> str:
         """Hash of what decides the trained weights (not where or how fast it runs).
 
-        ``hard_negatives`` enters only when off, so runs named before the flag existed keep
-        their names.
+        ``hard_negatives`` enters only when off and ``synth_only`` only when on, so runs named
+        before the flags existed keep their names.
         """
         keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
         if self.hard_negatives:
             del keep["hard_negatives"]
+        if not self.synth_only:
+            del keep["synth_only"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
 
     def default_name(self) -> str:
@@ -197,6 +202,7 @@ class TrainConfig:
             "data.synth": str(self.synth or "none"),
             "data.synth_ratio": "all" if self.synth_ratio is None else str(self.synth_ratio),
             "data.hard_negatives": str(self.hard_negatives),
+            "data.synth_only": str(self.synth_only),
             "train.epochs": str(self.epochs),
             "train.batch_size": str(self.batch_size),
             "train.workers": str(self.workers),

@@ -205,8 +205,10 @@ def training_data(
     synth: Path | None = None,
     synth_ratio: float | None = None,
     seed: int = 0,
+    synth_only: bool = False,
 ) -> TrainingData:
-    """D's pairs, plus ``synth_ratio·|D|`` pairs of D′ (all of it when the ratio is ``None``)."""
+    """D's pairs, plus ``synth_ratio·|D|`` pairs of D′ (all of it when the ratio is ``None``);
+    with ``synth_only`` the D′ sample alone (``original`` is then 0)."""
     original = pa.Table.from_pylist(original_pairs(records), schema=PAIR_SCHEMA)
     if synth is None:
         return TrainingData(original, original.num_rows, 0, 0, "", "")
@@ -215,6 +217,8 @@ def training_data(
     count = None if synth_ratio is None else round(synth_ratio * original.num_rows)
     genders = {record.image_id: record_gender(record) for record in records}
     synthetic, available, digest, mode = synthetic_pairs(Path(synth), count, seed, genders)
+    if synth_only:
+        return TrainingData(synthetic, 0, synthetic.num_rows, available, digest, mode)
     table = pa.concat_tables([original, synthetic])
     return TrainingData(table, original.num_rows, synthetic.num_rows, available, digest, mode)
 

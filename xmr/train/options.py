@@ -40,6 +40,9 @@ class TrainOptions:
         "A BiAug D′'s positive and its hard negative train in one batch "
         "(--no-hard-negatives: shuffled freely, the paper's ablation).",
     )
+    synth_only: bool = option(
+        False, "Train on the D′ sample alone, without D's pairs (BiAug's ablation: D′ without D)."
+    )
     fair_alpha: float = option(
         0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
     )

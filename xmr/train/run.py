@@ -207,7 +207,9 @@ def train(
     records = read_dataset(config.dataset, root, config.split)
     if not records:
         raise ValueError(f"{root}: split {config.split!r} has no usable images")
-    data = training_data(records, config.synth, config.synth_ratio, config.seed)
+    data = training_data(
+        records, config.synth, config.synth_ratio, config.seed, synth_only=config.synth_only
+    )
     if not config.hard_negatives and data.synth_mode != "biaug":
         raise ValueError(
             f"--no-hard-negatives applies to a BiAug D′ (`xmr synth --mode biaug`); {config.synth} "
