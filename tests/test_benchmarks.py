@@ -689,3 +689,11 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     assert run.data.metrics["binding/counter_acc"] == pytest.approx(
         result.metrics["binding/counter_acc"]
     )
+    # `xmr train` scores the same test at the end of training, as test/binding/*
+    from xmr.train.config import resolve_config
+    from xmr.train.loop import run_binding
+
+    train_config = resolve_config("clip", data=root, storage=tmp_path, seed=0)
+    assert run_binding(model, train_config, root) == pytest.approx(
+        {f"test/{name}": value for name, value in result.metrics.items()}
+    )

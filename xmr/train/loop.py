@@ -30,6 +30,8 @@ from ray.experimental.tqdm_ray import tqdm
 
 from xmr.data import read_dataset
 from xmr.data.fashiongen import read_product_ids
+from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
+from xmr.eval.benchmark import run_benchmark
 from xmr.eval.config import EvalConfig
 from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
@@ -98,6 +100,16 @@ def run_eval(
         seed=config.seed,
     )
     return evaluate(eval_config, model=model).metrics
+
+
+def run_binding(model: RetrievalModel, config: TrainConfig, data_root: Path) -> dict[str, float]:
+    """The world's binding test (:mod:`xmr.benchmarks.binding`), in this process:
+    ``{test_split}/binding/swap_acc``, ``.../counter_acc``, ``.../stereotype_acc``."""
+    eval_config = EvalConfig(
+        model=config.model, dataset=config.dataset, data=data_root, seed=config.seed
+    )
+    result = run_benchmark(eval_config, "toyworld-binding", model=model)
+    return {f"{config.test_split}/{name}": value for name, value in result.metrics.items()}
 
 
 def _save(
@@ -223,6 +235,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                         products,
                     )
                 )
+                if config.dataset == "toyworld" and (data_root / BINDING_ITEMS).is_file():
+                    metrics.update(run_binding(model, config, data_root))
             score = selection_score(metrics, config.eval_split)
             improved = score is not None and score > best
             best = max(best, score) if score is not None else best
