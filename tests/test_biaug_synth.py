@@ -1,5 +1,6 @@
 """``xmr synth --mode biaug`` end to end: a scripted chat-completions server on 127.0.0.1 as the
-LLM, tiny random GroundingDINO and Stable Diffusion models, real COCO images, local Ray.
+LLM, tiny random GroundingDINO and Stable Diffusion models, real COCO images, local Ray; and
+with perfect components on a ToyWorld (``--llm oracle --boxes gt --fill render``).
 
 The server answers object proposals with a JSON list and attribute requests with a CSV table
 (one row of it invalid, to be recorded); captions carrying a ``[[script:NAME]]`` marker get a
@@ -29,6 +30,7 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_manifest, synthetic_table
+from xmr.data.toyworld import WorldConfig, generate
 
 MARKED = {  # script -> how the source example must end (error stage, error type)
     "malformed_json": ("propose", "AnswerError"),
@@ -264,7 +266,102 @@ def test_vllm_engine_passes_answer_through_the_cache(
     assert len(log.read_text().split()) == 1
 
 
+@pytest.fixture(scope="module")
+def oracle_world(tmp_path_factory) -> Path:
+    """Ten 64-px images (8 train): small enough for a quick build with every component exact."""
+    config = WorldConfig.from_dict({"image_size": 64, "splits": {"train": 8, "test": 2}})
+    return generate(tmp_path_factory.mktemp("oracle-world") / "w", config, seed=5)
+
+
+def test_biaug_with_perfect_components_edits_only_the_boxes(
+    local_ray, oracle_world, tmp_path
+) -> None:
+    """``--llm oracle --boxes gt --fill render``: every unit of work ends written or as an
+    error; a positive is the source image itself (the oracle names the true colour), its
+    negative differs from it only inside the object's box, in another colour of the palette."""
+    from xmr.biaug import ToyWorldOracle
+    from xmr.biaug.oracle import named_colour
+    from xmr.data.images import decode_image, load_image
+    from xmr.data.toyworld.classes import palette
+
+    out = tmp_path / "out"
+    args = ["synth", "--mode", "biaug", "--llm", "oracle", "--boxes", "gt", "--fill", "render",
+            "--data", str(oracle_world), "--out", str(out),
+            "--max-error-rate", "1", "--no-progress", "--no-mlflow"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(out)
+    assert manifest["llm"] == {"backend": "oracle", "model": None}
+    assert manifest["config"]["boxes"] == "gt" and manifest["config"]["fill"] == "render"
+    assert manifest["planned"] == manifest["written"] + manifest["errors"]
+    stats = manifest["statistics"]
+    assert stats["source_examples"] == 8 and stats["hard_negative_pairs"] * 2 == manifest["written"]
+    assert manifest["written"] >= 4 and not manifest["counts"]["errors_by_stage"]["inpaint"]
+    errors = pq.read_table(out / "errors.parquet").to_pylist()
+    assert all(e["stage"] in ("verify", "decouple") and e["message"] for e in errors)
+
+    oracle = ToyWorldOracle(oracle_world)
+    for row in synthetic_table(out).to_pylist():
+        scene = oracle.scene(row["source_image_id"])
+        category = row["object"]
+        (colour,) = {o.colour for o in scene.objects if o.category == category}
+        named = named_colour(row["phrase"], list(palette(category)))
+        source = np.asarray(
+            load_image(oracle_world / "train" / f"{row['source_image_id']:012d}.png")
+        )
+        image = np.asarray(decode_image(row["image"]))
+        if row["role"] == "positive":
+            assert named == colour and np.array_equal(image, source)
+            continue
+        assert named != colour and named in row["caption"]
+        x, y, w, h = row["box"]
+        inside = np.zeros(source.shape[:2], dtype=bool)
+        inside[int(y) : int(np.ceil(y + h)), int(x) : int(np.ceil(x + w))] = True
+        assert np.array_equal(image[~inside], source[~inside])
+        assert not np.array_equal(image[inside], source[inside])
+
+
 # --- the stages in this process (no Ray), and refusals before Ray starts ----------------------
+
+
+def test_annotation_boxes_confirm_proposals_without_a_detector(oracle_world) -> None:
+    """``--boxes gt``: a proposal naming an annotated class gets the union box of its instances
+    (score 1), then the §4.1 filters; no detector is loaded."""
+    from xmr.data import read_dataset
+    from xmr.detection import Detection
+    from xmr.llm import LLMSpec
+    from xmr.pipeline import Resources
+    from xmr.synth.biaug_build import source_examples
+    from xmr.synth.biaug_stages import VerifyObjects, annotated_detections
+    from xmr.synth.config import load_configs
+
+    dogs = [["dog", [10, 10, 20, 10]], ["dog", [40, 30, 10, 20]], ["sports ball", [0, 0, 5, 5]]]
+    found = annotated_detections(["puppies", "soccer ball", "cat"], dogs, "toyworld")
+    assert found == [Detection("puppies", (10, 10, 40, 40), 1.0),
+                     Detection("soccer ball", (0, 0, 5, 5), 1.0)]  # fmt: skip
+    coco = annotated_detections(
+        ["Traffic  Light", "dog"], [["traffic light", [1, 2, 3, 4]]], "coco"
+    )
+    assert coco == [Detection("Traffic  Light", (1, 2, 3, 4), 1.0)]
+
+    config, _ = load_configs(None, {"mode": "biaug", "data": oracle_world, "boxes": "gt"})
+    assert load_configs(None, {"mode": "biaug"})[0].boxes == "groundingdino"
+    assert load_configs(None, {})[0].boxes == "gt"  # the removal mode's default
+    records = read_dataset("toyworld", oracle_world, "train")
+    examples = source_examples(records, config)
+    for example, record in zip(examples, records, strict=True):
+        example["objects"] = json.dumps([*record.categories, "unicorn"])
+    stage = VerifyObjects(config, Resources(cpus=1), batch_size=8)
+    out = stage.run_local(_stage_batch(examples))
+    assert stage.detector is None and LLMSpec(backend="oracle").reads_images
+    for i, record in enumerate(records):
+        verified = json.loads(out["verified"][i])
+        dropped = json.loads(out["dropped"][i])
+        assert len(verified) + len(dropped) == len(record.categories) + 1
+        assert {"name": "unicorn", "rule": "not_detected"}.items() <= dropped[-1].items()
+        for kept in verified:
+            boxes = [o.bbox for o in record.objects if o.category == kept["name"]]
+            assert kept["bbox"][0] == min(b[0] for b in boxes) and kept["score"] == 1.0
 
 
 def _stage_batch(rows: list[dict]) -> dict:
@@ -346,6 +443,8 @@ def test_render_fill_repaints_only_the_box_in_the_named_colours(small_toyworld) 
         (["--min-box-share", "0.9", "--max-box-share", "0.5"], "must be below --max-box-share"),
         (["--llm-url", "ftp://x"], "--llm-url"),
         (["--llm", "openai"], "--llm-model is required"),
+        (["--llm", "oracle", "--dataset", "coco"], "--llm oracle answers from ToyWorld's ground"),
+        (["--llm", "oracle", "--data", "."], "--llm oracle needs a scene ToyWorld as --data"),
     ],
 )
 def test_bad_biaug_options_are_refused_before_ray_starts(

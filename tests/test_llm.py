@@ -85,6 +85,23 @@ def test_requests_have_one_canonical_json_and_results_keep_their_invariants() ->
     assert ChatResult("fine", "ok").ok and "engine_error" in STATUSES
 
 
+def test_a_request_may_name_its_image_without_changing_text_requests() -> None:
+    plain = ChatRequest((("user", "A dog?"),), 8, 0.0, 3)
+    assert plain.image is None and "image" not in json.loads(plain.to_json())
+    # a text request's JSON, and so its cache key, is what it was before requests had images
+    expected = '{"max_tokens":8,"messages":[["user","A dog?"]],"seed":3,"temperature":0.0}'
+    assert plain.to_json() == expected
+    pictured = ChatRequest((("user", "A dog?"),), 8, 0.0, 3, image="world/train/1.png")
+    assert json.loads(pictured.to_json())["image"] == "world/train/1.png"
+    assert ChatRequest.from_json(pictured.to_json()) == pictured
+    assert cache_key("m", "x", pictured) != cache_key("m", "x", plain)
+    for bad in ("", 3):
+        with pytest.raises(ValueError, match="image must be"):
+            ChatRequest((("user", "A dog?"),), 8, image=bad)
+    with pytest.raises(ValueError, match="optional image"):
+        ChatRequest.from_json(expected[:-1] + ',"picture":"a.png"}')
+
+
 def test_completion_bodies_are_parsed_strictly() -> None:
     good = json.dumps({"choices": [{"message": {"content": "[1, 2]"}}]}).encode()
     assert parse_completion(good) == ("[1, 2]", "")
@@ -358,6 +375,11 @@ def test_llm_flags_are_checked_with_the_flag_named(
     assert KEY not in str(refused.value)
     with pytest.raises(ValueError, match="--llm-model is required with --llm openai"):
         create_chat(LLMSpec())
+    oracle = LLMSpec(backend="oracle")
+    oracle.check_ready()  # no model to name: ToyWorld's ground truth answers
+    assert oracle.reads_images and not spec.reads_images
+    with pytest.raises(ValueError, match="--llm oracle is built by the BiAug stages"):
+        create_chat(oracle)
 
 
 def test_vllm_is_refused_here_with_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:

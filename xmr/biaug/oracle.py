@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from xmr.data.toyworld.captions import class_words
 from xmr.data.toyworld.classes import palette
 from xmr.data.toyworld.config import WorldConfig
 from xmr.data.toyworld.generate import image_scene, locate_image
@@ -50,6 +52,18 @@ def named_colour(phrase: str, colours: list[str]) -> str | None:
     if len(found) > 1:
         raise ValueError(f"{phrase!r} names several colours ({', '.join(found)}): which one?")
     return found[0] if found else None
+
+
+def toyworld_class(name: str, classes: Sequence[str]) -> str:
+    """The class of ``classes`` that an object name denotes: the class name or one of the words
+    ToyWorld captions use for it (:func:`~xmr.data.toyworld.captions.class_words`), any case
+    and spacing (``"Sports ball"``, ``"people"``, ``"soccer ball"``). Raises ``ValueError``
+    when none does."""
+    key = " ".join(name.casefold().split())
+    for category in classes:
+        if key == category.casefold() or key in class_words(category):
+            return category
+    raise ValueError(f"{name!r} is not a ToyWorld class ({', '.join(classes)})")
 
 
 def _read_world(root: Path) -> WorldConfig:

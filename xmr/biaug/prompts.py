@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 
 Messages = tuple[tuple[str, str], ...]
@@ -266,3 +267,88 @@ def attribute_messages(
         "Answer:"
     )
     return (("system", system), ("user", user))
+
+
+def _user_lines(messages: Sequence[Sequence[str]], kind: str) -> list[str]:
+    """The lines of the user message of a two-message prompt (``kind`` names it in errors)."""
+    pairs = [tuple(pair) for pair in messages]
+    if len(pairs) != 2 or [pair[0] if pair else None for pair in pairs] != ["system", "user"]:
+        raise ValueError(f"not {kind}: expected a system and a user message")
+    user = pairs[1][1]
+    if not isinstance(user, str):
+        raise ValueError(f"not {kind}: the user message is not text")
+    return user.split("\n")
+
+
+def _json_after(line: str, label: str, kind: str) -> object:
+    """The JSON value of a ``"<label> <json>"`` line. Raises ``ValueError`` naming ``kind``."""
+    if not line.startswith(label):
+        raise ValueError(f"not {kind}: no {label.strip()!r} line where the input goes")
+    try:
+        return json.loads(line[len(label) :])
+    except json.JSONDecodeError:
+        raise ValueError(f"not {kind}: the {label.strip()!r} line is not JSON") from None
+
+
+def _same(messages: Sequence[Sequence[str]], rebuilt: Messages, kind: str) -> None:
+    """Raise ``ValueError`` unless ``messages`` are exactly ``rebuilt`` (our prompt)."""
+    if tuple(tuple(pair) for pair in messages) != rebuilt:
+        raise ValueError(f"not {kind}: the text differs from this xmr's prompt")
+
+
+def read_object_proposal_messages(messages: Sequence[Sequence[str]]) -> tuple[str, int]:
+    """The ``(caption, max_objects)`` an :func:`object_proposal_messages` prompt was built from.
+
+    The inverse of the builder, for backends that answer from ground truth instead of reading
+    the prompt (the ToyWorld oracle). ``messages``: ``(role, content)`` pairs (lists from JSON
+    are fine). Raises ``ValueError`` for anything but a prompt the builder makes, checked by
+    building it again and comparing the text.
+    """
+    kind = "an object-proposal prompt"
+    lines = _user_lines(messages, kind)
+    if len(lines) < 2 or lines[-1] != "Objects:":
+        raise ValueError(f"not {kind}: it does not end with the 'Objects:' line")
+    caption = _json_after(lines[-2], "Caption: ", kind)
+    found = re.search(r"at most (\d+), the most probable first", "\n".join(lines))
+    if not isinstance(caption, str) or found is None:
+        raise ValueError(f"not {kind}: no caption string or object count")
+    max_objects = int(found.group(1))
+    try:
+        rebuilt = object_proposal_messages(caption, max_objects)
+    except ValueError as exc:
+        raise ValueError(f"not {kind}: {exc}") from None
+    _same(messages, rebuilt, kind)
+    return caption, max_objects
+
+
+def read_attribute_messages(
+    messages: Sequence[Sequence[str]],
+) -> tuple[str, list[str], tuple[str, ...]]:
+    """The ``(caption, objects, categories)`` an :func:`attribute_messages` prompt was built from.
+
+    The inverse of the builder, like :func:`read_object_proposal_messages`. Raises
+    ``ValueError`` for anything but a prompt the builder makes (checked by building it again).
+    """
+    kind = "an attribute prompt"
+    lines = _user_lines(messages, kind)
+    if len(lines) < 3 or lines[-1] != "Answer:":
+        raise ValueError(f"not {kind}: it does not end with the 'Answer:' line")
+    caption = _json_after(lines[-3], "Caption: ", kind)
+    objects = _json_after(lines[-2], "Objects: ", kind)
+    if (
+        not isinstance(caption, str)
+        or not isinstance(objects, list)
+        or not all(isinstance(name, str) for name in objects)
+    ):
+        raise ValueError(f"not {kind}: no caption string or object list")
+    categories = tuple(
+        found.group(1)
+        for line in lines
+        if (found := re.fullmatch(r"- ([a-z]+): .*", line)) and found.group(1) in _CATEGORY_MEANINGS
+    )
+    try:
+        rebuilt = attribute_messages(caption, objects, categories)
+    except ValueError as exc:
+        raise ValueError(f"not {kind}: {exc}") from None
+    _same(messages, rebuilt, kind)
+    return caption, objects, categories

@@ -7,10 +7,19 @@ canonical JSON (:meth:`ChatRequest.to_json`) is what caches hash and Ray Data co
 (:class:`ChatBackend`) answers a whole batch in one :meth:`~ChatBackend.complete` call, in
 order, and reports per-request failures in the results instead of raising.
 
+A request may name the ``image`` it is about (a file path), for backends that look at images;
+text backends ignore it. Its JSON has the key only when it is set, so a text request's JSON,
+and with it its cache key, is the same as before requests could carry one.
+
 >>> request = ChatRequest(messages=(("user", "A dog?"),), max_tokens=8)
 >>> request.to_json()
 '{"max_tokens":8,"messages":[["user","A dog?"]],"seed":null,"temperature":0.0}'
 >>> ChatRequest.from_json(request.to_json()) == request
+True
+>>> pictured = ChatRequest(messages=(("user", "A dog?"),), max_tokens=8, image="a.png")
+>>> pictured.to_json()
+'{"image":"a.png","max_tokens":8,"messages":[["user","A dog?"]],"seed":null,"temperature":0.0}'
+>>> ChatRequest.from_json(pictured.to_json()) == pictured
 True
 """
 
@@ -59,15 +68,19 @@ class ChatRequest:
         max_tokens: the most tokens the answer may have (>= 1).
         temperature: sampling temperature (>= 0; 0 is greedy).
         seed: sampling seed sent to backends that take one (None: the backend's).
+        image: path of the image the question is about, read by backends that look at images
+            (the ToyWorld oracle, :class:`xmr.biaug.oracle_chat.ToyWorldOracleChat`); text
+            backends ignore it. None: no image.
 
     Lists (from JSON) are accepted and stored as tuples. Raises ``ValueError`` for an empty
-    conversation, an unknown role, non-string content or out-of-range numbers.
+    conversation, an unknown role, non-string content or image, or out-of-range numbers.
     """
 
     messages: tuple[tuple[str, str], ...]
     max_tokens: int
     temperature: float = 0.0
     seed: int | None = None
+    image: str | None = None
 
     def __post_init__(self) -> None:
         messages = tuple(tuple(pair) for pair in self.messages)
@@ -90,17 +103,23 @@ class ChatRequest:
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.image is not None and (not isinstance(self.image, str) or not self.image):
+            raise ValueError(f"image must be a non-empty path string or None, got {self.image!r}")
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces, UTF-8 text kept): equal requests give equal
-        strings, so the string can be hashed for a cache key."""
+        strings, so the string can be hashed for a cache key. ``image`` is written only when
+        set."""
+        fields: dict[str, object] = {
+            "messages": [list(pair) for pair in self.messages],
+            "max_tokens": self.max_tokens,
+            "temperature": float(self.temperature),
+            "seed": self.seed,
+        }
+        if self.image is not None:
+            fields["image"] = self.image
         return json.dumps(
-            {
-                "messages": [list(pair) for pair in self.messages],
-                "max_tokens": self.max_tokens,
-                "temperature": float(self.temperature),
-                "seed": self.seed,
-            },
+            fields,
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,
@@ -113,14 +132,11 @@ class ChatRequest:
             fields = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"a chat request is not valid JSON: {exc}") from exc
-        if not isinstance(fields, dict) or set(fields) != {
-            "messages",
-            "max_tokens",
-            "temperature",
-            "seed",
-        }:
+        keys = {"messages", "max_tokens", "temperature", "seed"}
+        if not isinstance(fields, dict) or set(fields) - {"image"} != keys:
             raise ValueError(
-                "a chat request is an object of messages, max_tokens, temperature, seed"
+                "a chat request is an object of messages, max_tokens, temperature, seed and an "
+                "optional image"
             )
         if not isinstance(fields["messages"], list) or not isinstance(
             fields["temperature"], int | float
@@ -131,6 +147,7 @@ class ChatRequest:
             max_tokens=fields["max_tokens"],
             temperature=float(fields["temperature"]),
             seed=fields["seed"],
+            image=fields.get("image"),
         )
 
     def message_dicts(self) -> list[dict[str, str]]:

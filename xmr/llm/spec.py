@@ -4,6 +4,10 @@
 on the driver, before Ray starts, and shipped to the workers, where :func:`create_chat` builds
 the backend (in a stage's ``setup()``). It never holds the API key, only the name of the
 environment variable that does, so it can be logged and written to a manifest as it is.
+
+``--llm oracle`` answers BiAug's prompts from a scene ToyWorld's ground truth
+(:class:`xmr.biaug.oracle_chat.ToyWorldOracleChat`); it lives above this package, so the BiAug
+stages build it themselves and :func:`create_chat` refuses it.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from xmr.llm.vllm import EngineAnswers, check_vllm
 from xmr.options import check_options, option, resolve_paths
 from xmr.pretrained import local_model_dir
 
-BACKENDS = ("openai", "hf", "vllm")
+BACKENDS = ("openai", "hf", "vllm", "oracle")
 """The values of ``--llm``."""
+
+ORACLE = "oracle"
+"""``--llm oracle``: ToyWorld's ground truth as the LLM (no model; reads the question's image)."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -37,11 +44,17 @@ class LLMSpec:
     ``max_retries``, ``max_response_bytes``, ``backoff_s``, ``seed`` to ``openai``;
     ``device`` and ``batch_size`` to ``hf``; ``batch_size``, ``runtime_env`` and
     ``engine_kwargs`` to ``vllm``;
-    ``cache_dir`` to all. Checked on construction (one-line ``ValueError`` naming the flag);
-    :meth:`check_ready` adds the checks that need a model name or the environment.
+    ``cache_dir`` to all but ``oracle``, which needs no model and no setting. Checked on
+    construction (one-line ``ValueError`` naming the flag); :meth:`check_ready` adds the checks
+    that need a model name or the environment.
     """
 
-    backend: str = option("openai", "LLM backend: openai, hf or vllm.", flag="llm")
+    backend: str = option(
+        "openai",
+        "LLM backend: openai, hf, vllm or oracle (oracle: ToyWorld ground truth, for BiAug on a "
+        "scene ToyWorld).",
+        flag="llm",
+    )
     model: str | None = option(
         None,
         "LLM: the endpoint's model name (openai), a Hub repo id or folder (hf, vllm).",
@@ -118,15 +131,23 @@ class LLMSpec:
         """``engine_kwargs`` parsed (a JSON object), empty when unset. Raises ``ValueError``."""
         return _json_object(self.engine_kwargs, "--llm-engine-kwargs") or {}
 
+    @property
+    def reads_images(self) -> bool:
+        """True for a backend that reads the image a request names (``oracle``): its requests
+        carry ``image``; text backends' requests do not, so their cache keys stay per caption."""
+        return self.backend == ORACLE
+
     def check_ready(self) -> None:
         """The checks a job runs before Ray starts: a model is named, a model folder exists,
-        vLLM can run (see :func:`xmr.llm.vllm.check_vllm`).
+        vLLM can run (see :func:`xmr.llm.vllm.check_vllm`). ``oracle`` needs none of them.
 
         Raises:
             ValueError: ``--llm-model`` is missing.
             FileNotFoundError: ``--llm-model`` looks like a path that is not a folder.
             ImportError: ``--llm vllm`` cannot run here (the message says what to do).
         """
+        if self.backend == ORACLE:
+            return
         if not self.model:
             raise ValueError(f"--llm-model is required with --llm {self.backend}")
         if self.backend != "openai":
@@ -158,7 +179,16 @@ def create_chat(
     build_vllm_processor`) that fills the cache; its chat backend reads that pass back
     (:class:`~xmr.llm.vllm.EngineAnswers`, ``engine_failures`` being the pass's failures by
     cache key), so it needs ``spec.cache_dir``.
+
+    Raises:
+        ValueError: ``--llm oracle``, which the BiAug stages build (it sits above this package),
+            or what :meth:`LLMSpec.check_ready` refuses.
     """
+    if spec.backend == ORACLE:
+        raise ValueError(
+            "--llm oracle is built by the BiAug stages (xmr.biaug.ToyWorldOracleChat), "
+            "not by create_chat"
+        )
     backend: ChatBackend
     if spec.backend == "vllm":  # the engine ran in its own environment: nothing to check here
         if spec.cache_dir is None or not spec.model:

@@ -14,7 +14,10 @@ example (a proposal the detector did not confirm or the filters removed, an inva
 LLM's table) is in ``reasons.parquet`` with its cause.
 
 ``--llm vllm`` plans around two engine passes instead of asking from the LLM stages' actors
-(see :func:`plan_pass`).
+(see :func:`plan_pass`). ``--llm oracle`` answers from a scene ToyWorld's ground truth in the
+LLM stages' actors (checked before Ray starts, :func:`check_oracle`; not cached: it reads no
+model). ``--boxes gt`` confirms the proposals from each example's annotations instead of the
+detector.
 
 Resuming: the LLM's answers are cached on disk (``--llm-cache``, default ``<out>/llm_cache``),
 so a rerun pays for no call twice; a saved plan is reused, and only missing shards are redone.
@@ -38,9 +41,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xmr import __version__
+from xmr.biaug import ToyWorldOracle
 from xmr.data.records import ImageRecord
 from xmr.data.synthetic import BIAUG_ROW_SCHEMA
 from xmr.llm import ChatRequest, LLMSpec, ResponseCache, cache_key
+from xmr.llm.spec import ORACLE
 from xmr.llm.vllm import BACKEND as VLLM
 from xmr.llm.vllm import build_vllm_processor
 from xmr.pipeline import Resources, Stage
@@ -118,9 +123,12 @@ def biaug_fingerprint(config: SynthConfig, llm: LLMSpec) -> str:
 
 def source_examples(records: list[ImageRecord], config: SynthConfig) -> list[dict]:
     """One input row per (image, chosen caption): ``captions_per_image`` captions drawn per
-    image with a generator seeded by ``(seed, image id)`` (all of them when None)."""
+    image with a generator seeded by ``(seed, image id)`` (all of them when None). Each row
+    carries the image's annotations as JSON ``[[category, [x, y, w, h]], ...]`` (what
+    ``--boxes gt`` verifies proposals against)."""
     rows = []
     for record in records:
+        annotations = json.dumps([[o.category, list(o.bbox)] for o in record.objects])
         captions = list(record.captions)
         count = config.captions_per_image
         if count is not None and len(captions) > count:
@@ -136,6 +144,7 @@ def source_examples(records: list[ImageRecord], config: SynthConfig) -> list[dic
                     "path": str(record.path),
                     "width": record.width,
                     "height": record.height,
+                    "annotations": annotations,
                     **{name: "" for name in ERROR_COLUMNS},
                 }
             )
@@ -237,7 +246,8 @@ def _streamed_plan(
     """The planning stages in one stream: the LLM stages ask their backend from their actors
     (``openai``, ``hf``) while the detector verifies the rows already proposed."""
     llm_gpu = llm.backend == "hf"  # a local model: both LLM stages on GPUs when there are some
-    place = placement(executor, 1 + 2 * int(llm_gpu), runtime)
+    detect = config.boxes == "groundingdino"
+    place = placement(executor, int(detect) + 2 * int(llm_gpu), runtime)
     llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
     llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
     llm_batch = max(runtime.batch_size, llm.max_in_flight)
@@ -251,9 +261,12 @@ def _streamed_plan(
 
 
 def _verify_stage(place: Placement, config: SynthConfig, runtime: SynthRuntime) -> tuple:
-    resources = place.resources(True)
+    """VerifyObjects and its actor count: on GPUs with the detector, one core with ``--boxes
+    gt``."""
+    detect = config.boxes == "groundingdino"
+    resources = place.resources(detect)
     stage = VerifyObjects(config, resources, runtime.batch_size, stage_device(resources))
-    return stage, place.actors(runtime.detect_actors, True, 1)
+    return stage, place.actors(runtime.detect_actors, detect, 1)
 
 
 def _engine_plan(
@@ -268,7 +281,7 @@ def _engine_plan(
     every proposal question, the stream proposes and verifies, the engine answers every
     attribute question of the verified rows, the stream decouples. The LLM stages read the
     answers back from the cache (the GPUs are the engine's while it runs)."""
-    place = placement(executor, 1, runtime)
+    place = placement(executor, int(config.boxes == "groundingdino"), runtime)
     blocks = math.ceil(len(examples) / runtime.batch_size)
     light = Resources(cpus=0.25)
     questions = [propose_request(config, str(row["caption"])) for row in examples]
@@ -414,6 +427,23 @@ def _saved_plan(out: Path, fingerprint: str, digest: str) -> tuple | None:
     return table.to_pylist(), errors, reasons, json.loads(metadata["statistics"])
 
 
+def check_oracle(config: SynthConfig, llm: LLMSpec, root: Path) -> None:
+    """``--llm oracle`` answers from a scene ToyWorld's ground truth: refuse it (one line naming
+    the flag) on another dataset or a folder that is not a scene ToyWorld. Nothing to check for
+    other backends."""
+    if llm.backend != ORACLE:
+        return
+    if config.dataset != "toyworld":
+        raise ValueError(
+            f"--llm oracle answers from ToyWorld's ground truth: it needs --dataset toyworld, "
+            f"not {config.dataset}"
+        )
+    try:
+        ToyWorldOracle(root)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--llm oracle needs a scene ToyWorld as --data: {exc}") from None
+
+
 def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -> SynthResult:
     """Build (or finish building) a BiAug D′ into ``runtime.out``; see the module docstring."""
     start = time.perf_counter()
@@ -422,6 +452,7 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     if llm.cache_dir is None:
         llm = replace(llm, cache_dir=(out / LLM_CACHE).resolve())
     root = data_root(config, runtime.progress)
+    check_oracle(config, llm, root)
     records, read_errors = read_inputs(config, root)
     digest = inputs_hash(records, read_errors)
     fingerprint = biaug_fingerprint(config, llm)

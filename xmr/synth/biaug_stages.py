@@ -1,17 +1,20 @@
 """The stages of a BiAug D′ build (``xmr synth --mode biaug``), as plain Stage classes.
 
 Planning pass, one row per source example (an image and one of its captions):
-``ProposeObjects`` (LLM, paper step 1) -> ``VerifyObjects`` (detector and the §4.1 filters,
-step 2) -> ``DecoupleAttributes`` (LLM, steps 3–5). Synthesis pass, one row per hard-negative
-group (an object, an attribute category, a positive and a negative phrase): ``InpaintPairs``
-(steps 6–7) paints the object's box twice, with the same mask and seed, once per phrase.
+``ProposeObjects`` (LLM, paper step 1) -> ``VerifyObjects`` (detector, or the annotations with
+``--boxes gt``, and the §4.1 filters, step 2) -> ``DecoupleAttributes`` (LLM, steps 3–5).
+Synthesis pass, one row per hard-negative group (an object, an attribute category, a positive
+and a negative phrase): ``InpaintPairs`` (steps 6–7) paints the object's box twice, with the
+same mask and seed, once per phrase.
 
 As in the removal mode's stages, a failed row keeps flowing with its reason in the error columns
 (``error_stage``, ``error_type``, ``error``) and later stages pass it through untouched. What a
 step drops without failing the row (a proposal the detector did not confirm, an invalid CSV row)
 goes to the row's ``dropped`` / ``rejected`` JSON columns: the build writes them to
 ``reasons.parquet``. LLM stages talk to their backend (:mod:`xmr.llm`) from inside the actor; no
-prompt or key reaches a log.
+prompt or key reaches a log. ``--llm oracle`` (ToyWorld's ground truth,
+:class:`~xmr.biaug.oracle_chat.ToyWorldOracleChat`) is built here, and its questions carry the
+row's image path.
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ import numpy as np
 from xmr.biaug import (
     AnswerError,
     ToyWorldOracle,
+    ToyWorldOracleChat,
     attribute_messages,
     filter_proposals,
     object_proposal_messages,
     parse_attribute_rows,
     parse_object_list,
+    toyworld_class,
 )
 from xmr.data.errors import DataError
 from xmr.data.images import load_image
-from xmr.data.toyworld.captions import class_words
+from xmr.detection import Detection
 from xmr.llm import ChatRequest, ChatResult, LLMSpec, create_chat
+from xmr.llm.spec import ORACLE
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.removal.planning import box_mask
 from xmr.synth.config import SynthConfig
@@ -54,23 +60,33 @@ GROUP_COLUMNS = (
 """A hard-negative group: ``key`` is its ``group_id``, ``box`` the JSON ``[x, y, w, h]``."""
 
 
-def llm_request(config: SynthConfig, messages: Sequence[tuple[str, str]]) -> ChatRequest:
-    """The request a BiAug LLM stage sends: greedy, ``llm_max_tokens`` long, seeded."""
+def llm_request(
+    config: SynthConfig, messages: Sequence[tuple[str, str]], image: str | None = None
+) -> ChatRequest:
+    """The request a BiAug LLM stage sends: greedy, ``llm_max_tokens`` long, seeded; ``image``
+    (the row's image path) only for a backend that reads images."""
     return ChatRequest(
-        tuple(messages), max_tokens=config.llm_max_tokens, temperature=0.0, seed=config.seed
+        tuple(messages),
+        max_tokens=config.llm_max_tokens,
+        temperature=0.0,
+        seed=config.seed,
+        image=image,
     )
 
 
-def propose_request(config: SynthConfig, caption: str) -> ChatRequest:
-    """What :class:`ProposeObjects` asks about ``caption``."""
-    return llm_request(config, object_proposal_messages(caption, config.max_objects))
+def propose_request(config: SynthConfig, caption: str, image: str | None = None) -> ChatRequest:
+    """What :class:`ProposeObjects` asks about ``caption`` (of the image at ``image``)."""
+    return llm_request(config, object_proposal_messages(caption, config.max_objects), image)
 
 
-def decouple_request(config: SynthConfig, caption: str, verified: str) -> ChatRequest:
+def decouple_request(
+    config: SynthConfig, caption: str, verified: str, image: str | None = None
+) -> ChatRequest:
     """What :class:`DecoupleAttributes` asks about ``caption`` and its ``verified`` objects
-    (the JSON column :class:`VerifyObjects` writes)."""
+    (the JSON column :class:`VerifyObjects` writes) of the image at ``image``."""
     names = [v["name"] for v in json.loads(verified)]
-    return llm_request(config, attribute_messages(caption, names, config.attribute_categories()))
+    messages = attribute_messages(caption, names, config.attribute_categories())
+    return llm_request(config, messages, image)
 
 
 class _LLMStage(Stage):
@@ -78,6 +94,7 @@ class _LLMStage(Stage):
 
     ``engine_failures`` (``--llm vllm`` only): the failures of the engine pass that answered
     these questions beforehand, by cache key (see :class:`xmr.llm.vllm.EngineAnswers`).
+    ``--llm oracle``: the ToyWorld oracle answers, and each question names its row's image.
     """
 
     def __init__(
@@ -97,7 +114,14 @@ class _LLMStage(Stage):
         self.chat = None
 
     def setup(self) -> None:
-        self.chat = create_chat(self.llm, self.device, self.engine_failures)
+        if self.llm.backend == ORACLE:
+            self.chat = ToyWorldOracleChat()
+        else:
+            self.chat = create_chat(self.llm, self.device, self.engine_failures)
+
+    def image(self, batch: Batch, i: int) -> str | None:
+        """Row ``i``'s image path when the backend reads images, else None."""
+        return str(batch["path"][i]) if self.llm.reads_images else None
 
     def _ask(self, batch: Batch, out: Batch) -> dict[int, ChatResult]:
         """The answers to the live rows' questions; rows whose call failed are failed here."""
@@ -125,7 +149,7 @@ class ProposeObjects(_LLMStage):
     name = "propose"
 
     def request(self, batch: Batch, i: int) -> ChatRequest:
-        return propose_request(self.config, str(batch["caption"][i]))
+        return propose_request(self.config, str(batch["caption"][i]), self.image(batch, i))
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
@@ -147,10 +171,51 @@ class ProposeObjects(_LLMStage):
         return out
 
 
+def annotated_detections(
+    objects: Sequence[str], annotations: Sequence[tuple[str, Sequence[float]]], dataset: str
+) -> list[Detection]:
+    """``--boxes gt``: the proposals an image's annotations confirm, as detections.
+
+    A proposal naming an annotated class (ToyWorld: the class or a word its captions use for it,
+    :func:`~xmr.biaug.oracle.toyworld_class`; other datasets: the category name, any case and
+    spacing) gets the union box ``(x, y, w, h)`` px of all that class's instances, so that an
+    edit covers every instance and a plural caption stays true, with score 1.0. Proposals naming
+    no annotated class get no detection (the filters drop them as not detected).
+
+    ``annotations``: ``(category, (x, y, w, h))`` of every annotated object of the image.
+    """
+    boxes: dict[str, list[Sequence[float]]] = {}
+    for category, box in annotations:
+        boxes.setdefault(category, []).append(box)
+    spelled = {" ".join(category.casefold().split()): category for category in boxes}
+    found = []
+    for name in objects:
+        if dataset == "toyworld":
+            try:
+                category = toyworld_class(name, list(boxes))
+            except ValueError:
+                continue
+        else:
+            category = spelled.get(" ".join(name.casefold().split()))
+            if category is None:
+                continue
+        instances = boxes[category]
+        x0 = min(b[0] for b in instances)
+        y0 = min(b[1] for b in instances)
+        x1 = max(b[0] + b[2] for b in instances)
+        y1 = max(b[1] + b[3] for b in instances)
+        found.append(Detection(name, (x0, y0, x1 - x0, y1 - y0), 1.0))
+    return found
+
+
 class VerifyObjects(Stage):
     """``objects`` + the image -> ``verified`` (JSON list of ``{name, bbox, score}``) and
     ``dropped`` (JSON list of the proposals left out, each with its rule and reason): the
-    detector looks for the proposals and the §4.1 filters keep the usable boxes (step 2)."""
+    detector looks for the proposals and the §4.1 filters keep the usable boxes (step 2).
+
+    ``--boxes gt``: no detector; the row's ``annotations`` (JSON ``[[category, [x, y, w, h]],
+    ...]``) confirm the proposals (:func:`annotated_detections`), then the same filters.
+    """
 
     name = "verify"
 
@@ -167,6 +232,8 @@ class VerifyObjects(Stage):
         from xmr.detection import create_detector
 
         c = self.config
+        if c.boxes == "gt":
+            return
         self.detector = create_detector(
             c.detector,
             ["object"],  # replaced per image by the image's proposals
@@ -186,8 +253,12 @@ class VerifyObjects(Stage):
         for i in np.flatnonzero(~failed_rows(batch)):
             objects = json.loads(batch["objects"][i])
             try:
-                image = load_image(str(batch["path"][i]))
-                (found,) = self.detector.detect_each([image], [objects])
+                if self.config.boxes == "gt":
+                    annotations = json.loads(batch["annotations"][i])
+                    found = annotated_detections(objects, annotations, self.config.dataset)
+                else:
+                    image = load_image(str(batch["path"][i]))
+                    (found,) = self.detector.detect_each([image], [objects])
             except (DataError, RuntimeError, ValueError) as exc:
                 fail_row(out, i, self.name, type(exc).__name__, str(exc))
                 continue
@@ -212,7 +283,8 @@ class DecoupleAttributes(_LLMStage):
     name = "decouple"
 
     def request(self, batch: Batch, i: int) -> ChatRequest:
-        return decouple_request(self.config, str(batch["caption"][i]), str(batch["verified"][i]))
+        caption, verified = str(batch["caption"][i]), str(batch["verified"][i])
+        return decouple_request(self.config, caption, verified, self.image(batch, i))
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
@@ -232,21 +304,14 @@ class DecoupleAttributes(_LLMStage):
             out["attributes"][i] = json.dumps([asdict(r) for r in rows])
             out["rejected"][i] = json.dumps([asdict(r) for r in rejected])
             if not rows:
-                fail_row(out, i, self.name, "NoValidRow", f"none of {len(rejected)} rows was valid")
+                reason = (
+                    f"none of {len(rejected)} rows was valid"
+                    if rejected
+                    else "the LLM gave no row (it declined every object and category)"
+                )
+                fail_row(out, i, self.name, "NoValidRow", reason)
         out["seconds_decouple"] = seconds_per_row(start, n)
         return out
-
-
-def toyworld_class(name: str, classes: Sequence[str]) -> str:
-    """The ToyWorld class an LLM object name denotes (its words are the class's, or a
-    synonym's: ``"Sports ball"``, ``"people"``); ValueError when none does."""
-    words = name.lower().split()
-    for category in classes:
-        if " ".join(words) == category.lower() or (
-            len(words) == 1 and words[0] in class_words(category)
-        ):
-            return category
-    raise ValueError(f"--fill render: {name!r} is not a ToyWorld class ({', '.join(classes)})")
 
 
 class InpaintPairs(Stage):

@@ -41,7 +41,7 @@ BIAUG_FILLS = ("sd", "render")
 """``--mode biaug`` fills: Stable Diffusion inpainting with the attributive phrase, or (ToyWorld
 only) the world's own renderer re-drawing the object in the named colour."""
 BIAUG_ATTRIBUTES = ("color", "shape", "material", "other")
-REMOVAL_ONLY = ("alpha1", "alpha2", "alpha3", "caption", "captioner_model", "boxes")
+REMOVAL_ONLY = ("alpha1", "alpha2", "alpha3", "caption", "captioner_model")
 """Fields that ``--mode biaug`` ignores (left out of its config hash)."""
 BIAUG_ONLY = (
     "mode", "max_objects", "attributes", "min_box_share", "max_box_share", "max_overlap",
@@ -88,7 +88,11 @@ class SynthConfig:
     sd_resolution: int = option(512, "SD working size in px (a multiple of 8).", ge=8)
     caption: str = option("np-removal", " | ".join(CAPTION_METHODS))
     captioner_model: str = option(DEFAULT_CAPTIONER, "Image-captioning repo id or local folder.")
-    boxes: str = option("gt", "gt (annotations) | groundingdino (detections)")
+    boxes: str | None = option(
+        None,
+        "gt (annotations) | groundingdino (detections); default gt for removal, groundingdino "
+        "for biaug (where gt confirms the LLM's proposals from the annotations).",
+    )
     detector_model: str = option(DEFAULT_DETECTOR, "GroundingDINO repo id or local folder.")
     box_threshold: float = option(0.35, "Detection score threshold.", gt=0, lt=1)
     text_threshold: float = option(0.25, "Phrase score threshold.", gt=0, lt=1)
@@ -120,6 +124,8 @@ class SynthConfig:
     def __post_init__(self) -> None:
         if self.fill is None:
             object.__setattr__(self, "fill", "sd" if self.mode == "biaug" else "telea")
+        if self.boxes is None:
+            object.__setattr__(self, "boxes", "groundingdino" if self.mode == "biaug" else "gt")
         fills = BIAUG_FILLS if self.mode == "biaug" else FILL_METHODS
         choices = {
             "mode": (self.mode, MODES),
@@ -202,6 +208,8 @@ class SynthConfig:
             data.pop(name)
         if self.mode == "removal" and self.detector == "hf":
             data.pop("detector")  # the removal mode's hashes predate --detector
+        if self.mode == "biaug" and self.boxes == "groundingdino":
+            data.pop("boxes")  # the biaug mode's hashes predate --boxes gt there
         data["xmr_version"] = __version__
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
