@@ -4,7 +4,9 @@ The world is the packaged binding world (``xmr data toyworld --config binding``)
 are red, umbrellas yellow and cups white with p = 0.9, and captions name a colour with
 p = 0.1 (the reporting bias of the BiAug paper); its binding test asks which colour goes with
 which object. BiAug-D′ is built with perfect components: the ``oracle`` LLM (the scene's ground
-truth), the annotation boxes as verification and the world's renderer as the inpainter. For each
+truth), the annotation boxes as verification and the world's renderer as the inpainter, two
+captions per image as source examples (so D′ holds more than the r·|D| pairs sampled; an
+example with nothing to recolour, persons only or too small, ends in ``errors.parquet``). For each
 seed, ``xmr-tiny`` CLIP is trained from scratch in four conditions of equal step counts:
 
 - D, step-matched: ``(1 + r)·E`` epochs on D (r = ``--synth-ratio``, E = ``--epochs``);
@@ -141,8 +143,8 @@ def main() -> None:
     if not (world / "world.json").is_file():
         run([*xmr, "data", "toyworld", "--config", "binding", "--out", str(world)])
     run([*xmr, "synth", "--mode", "biaug", "--llm", "oracle", "--boxes", "gt", "--fill",
-         "render", "--data", str(world), "--out", str(dprime), "--tracking-uri", uri,
-         "--no-progress"])  # fmt: skip
+         "render", "--captions-per-image", "2", "--data", str(world), "--out", str(dprime),
+         "--max-error-rate", "0.5", "--tracking-uri", uri, "--no-progress"])  # fmt: skip
     sugarcrepe, aro = write_fixtures(world, workdir / "fixtures")
     common = ["--data", str(world), "--cpus-per-worker", str(args.cpus_per_worker),
               "--storage", str(workdir / "runs"), "--tracking-uri", uri]  # fmt: skip

@@ -45,6 +45,8 @@ def test_the_shipped_spaces_load() -> None:
     assert clip.command == "eval" and clip.fixed["mi_split"] == "train"
     ratio = load_space("synth_ratio")
     assert ratio.pareto == (("test/recall_t2i_at_1", "test/odmap_at_1"),)
+    biaug = load_space("biaug_ratio")
+    assert biaug.objective.name == "test/binding/counter_acc" and biaug.trial_count == 5
 
 
 def test_the_wheel_ships_every_module_and_the_search_spaces(tmp_path: Path) -> None:
