@@ -14,24 +14,28 @@ if TYPE_CHECKING:
 
 
 def print_summary(result: TrainResult, config: TrainConfig, console: Console | None = None) -> None:
-    """A table of the final test metrics (K as columns) and the checkpoint paths."""
+    """A table of the final test metrics (K as columns; metrics without a K, such as the
+    binding test's accuracies, in a second table) and the checkpoint paths."""
     console = console or Console()
     prefix = f"{config.test_split}/"
-    names = sorted(
-        {
-            k.removeprefix(prefix).rsplit("_at_", 1)[0]
-            for k in result.metrics
-            if k.startswith(prefix)
-        }
-    )
+    final = {k.removeprefix(prefix): v for k, v in result.metrics.items() if k.startswith(prefix)}
+    ranked = sorted({name.rsplit("_at_", 1)[0] for name in final if "_at_" in name})
     table = Table(title=f"{config.name}: {config.test_split} split")
     table.add_column("metric")
     for k in config.ks:
         table.add_column(f"@{k}", justify="right")
-    for name in names:
-        row = [result.metrics.get(f"{prefix}{name}_at_{k}") for k in config.ks]
+    for name in ranked:
+        row = [final.get(f"{name}_at_{k}") for k in config.ks]
         table.add_row(name, *("" if v is None else f"{v:.3f}" for v in row))
     console.print(table)
+    single = sorted(name for name in final if "_at_" not in name)
+    if single:
+        others = Table()
+        others.add_column("metric")
+        others.add_column("value", justify="right")
+        for name in single:
+            others.add_row(name, f"{final[name]:.3f}")
+        console.print(others)
     pairs = f"{result.data.original} pairs of D"
     if result.data.synthetic:
         pairs += f" + {result.data.synthetic} of D′"
