@@ -178,8 +178,12 @@ def test_a_worker_killed_mid_build_costs_nothing(small_toyworld, local_ray, tmp_
     def kill_one_fill_worker() -> None:
         deadline = time.monotonic() + 120
         while not killed and time.monotonic() < deadline:
-            for p in psutil.process_iter(["cmdline"]):  # a worker while it runs a fill task
-                title = " ".join(p.info["cmdline"] or [])
+            # a worker of this session's Ray (under this process) while it runs a fill task
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    title = " ".join(p.cmdline())
+                except psutil.Error:
+                    continue
                 if title.startswith("ray::MapBatches") and "_run_task" in title:
                     p.kill()
                     killed.append(p.pid)

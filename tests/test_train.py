@@ -173,8 +173,12 @@ def test_two_workers_keep_pairs_together_and_survive_a_killed_worker(
         first = tmp_path / "runs" / config.name / "epoch_0001"
         while not killed and time.monotonic() < deadline:
             if first.is_dir():
-                for p in psutil.process_iter(["cmdline"]):
-                    title = " ".join(p.info["cmdline"] or [])
+                # this session's Ray runs under this process: leave other Ray clusters alone
+                for p in psutil.Process().children(recursive=True):
+                    try:
+                        title = " ".join(p.cmdline())
+                    except psutil.Error:
+                        continue
                     if title.startswith("ray::RayTrainWorker"):
                         p.kill()
                         killed.append(p.pid)
