@@ -51,7 +51,9 @@ def final_metrics(tracking_uri: str, name: str) -> dict[str, float]:
     client = mlflow.MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("xmr/train/toyworld")
     (found,) = client.search_runs(
-        [experiment.experiment_id], f"attributes.run_name = '{name}'", max_results=1
+        [experiment.experiment_id],
+        f"attributes.run_name = '{name}' and attributes.status = 'FINISHED'",
+        max_results=1,
     )
     return {k.removeprefix("final/test/"): v for k, v in found.data.metrics.items()}
 

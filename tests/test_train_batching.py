@@ -302,6 +302,17 @@ def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
     assert TrainOptions(synth=biaug_dprime, synth_only=True).config().synth_only is True
     with pytest.raises(ValueError, match="--synth-only needs --synth"):
         resolve_config("clip", data=tiny_world, synth_only=True)
+    # MLflow gets the D′ sample as the run's only dataset input (no empty D)
+    import mlflow
+
+    from xmr.tracking import start_run
+    from xmr.train.run import _log_inputs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with start_run("xmr/train/toyworld", tracking_uri=uri) as run:
+        _log_inputs(run, alone, ablation, tiny_world)
+    inputs = mlflow.MlflowClient(uri).get_run(run.run_id).inputs.dataset_inputs
+    assert [i.dataset.name for i in inputs] == ["D′"]
 
 
 def test_rows_to_columns_feed_collate_and_collate_ahead_keeps_order() -> None:

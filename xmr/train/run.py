@@ -159,7 +159,9 @@ def _log_inputs(run: TrackedRun, data: TrainingData, config: TrainConfig, root: 
     """D and the D′ sample as MLflow dataset inputs (metadata only, no pixels)."""
     table = data.table.select(["image_id", "caption", "source", "image_gender"]).to_pandas()
     table["image_id"] = table["image_id"].astype("float64")  # MLflow's schema hint otherwise
-    parts = [(table[table.source == "D"], root, f"{config.dataset}/{config.split}")]
+    parts = []
+    if data.original:  # none with --synth-only
+        parts.append((table[table.source == "D"], root, f"{config.dataset}/{config.split}"))
     if data.synthetic:
         parts.append((table[table.source != "D"], config.synth, "D′"))
     for frame, source, name in parts:
