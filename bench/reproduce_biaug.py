@@ -29,33 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import numpy as np
+from training_runs import final_metrics, run  # bench/training_runs.py
 
 BINDING = ["binding/swap_acc", "binding/counter_acc", "binding/stereotype_acc"]
 RECALL = [f"recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 10)]
 FIXTURES = ["sugarcrepe/swap_att_acc", "sugarcrepe/replace_att_acc", "aro/vg_attribution_acc"]
-
-
-def run(command: list[str]) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
-
-
-def final_metrics(tracking_uri: str, name: str) -> dict[str, float]:
-    client = mlflow.MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name("xmr/train/toyworld")
-    (found,) = client.search_runs(
-        [experiment.experiment_id],
-        f"attributes.run_name = '{name}' and attributes.status = 'FINISHED'",
-        max_results=1,
-    )
-    return {k.removeprefix("final/test/"): v for k, v in found.data.metrics.items()}
 
 
 def write_fixtures(world: Path, out: Path) -> tuple[Path, Path]:
@@ -164,7 +146,7 @@ def main() -> None:
         for condition, (tag, extra) in conditions.items():
             name = f"biaug-{tag}-seed{seed}"
             run([*xmr, "train", *common, *extra, "--seed", str(seed), "--name", name])
-            metrics = final_metrics(uri, name)
+            metrics = {k.removeprefix("test/"): v for k, v in final_metrics(uri, name).items()}
             checkpoint = workdir / "runs" / name / "last.pt"
             metrics |= fixture_metrics(checkpoint, sugarcrepe, world, aro)
             rows.setdefault(condition, []).append(metrics)

@@ -14,13 +14,11 @@ Reruns resume: finished runs are reused (same names), so the table can be rebuil
 from __future__ import annotations
 
 import argparse
-import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import numpy as np
+from training_runs import final_metrics, run  # bench/training_runs.py
 
 METRICS = [
     *(f"test/odmap_at_{k}" for k in (1, 5, 10)),
@@ -28,20 +26,6 @@ METRICS = [
     *(f"test/recall_t2i_at_{k}" for k in (1, 5, 10)),
     "test/bias_at_10",
 ]
-
-
-def run(command: list[str]) -> None:
-    print("$", shlex.join(command), flush=True)
-    subprocess.run(command, check=True)
-
-
-def final_metrics(tracking_uri: str, name: str) -> dict[str, float]:
-    client = mlflow.MlflowClient(tracking_uri)
-    experiment = client.get_experiment_by_name("xmr/train/toyworld")
-    runs = client.search_runs(
-        [experiment.experiment_id], f"attributes.run_name = '{name}'", max_results=1
-    )
-    return {k.removeprefix("final/"): v for k, v in runs[0].data.metrics.items()}
 
 
 def summarise(rows: dict[str, list[dict[str, float]]]) -> str:

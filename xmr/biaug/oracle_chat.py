@@ -38,7 +38,7 @@ from xmr.biaug.prompts import (
     read_attribute_messages,
     read_object_proposal_messages,
 )
-from xmr.data.toyworld.captions import EXTRA_WORDS, NUMBERS, WORDS
+from xmr.data.toyworld.captions import EXTRA_WORDS, NUMBERS, WORDS, article, class_noun
 from xmr.data.toyworld.classes import palette
 from xmr.data.toyworld.generate import locate_image
 from xmr.data.toyworld.scene import Scene
@@ -47,18 +47,12 @@ from xmr.llm.chat import ChatRequest, ChatResult, ResultCallback, one_line
 _IMAGE_NAME = re.compile(r"(\d{12})\.png")
 
 
-def _article(word: str) -> str:
-    return "an" if word[:1].casefold() in "aeiou" else "a"
-
-
 def colour_phrase(category: str, colour: str, count: int) -> str:
     """The attributive phrase of ``count`` instances of ToyWorld class ``category`` in
     ``colour``, with the class's plain caption word: ``"a red car"``, ``"two golden dogs"``."""
-    (singular, _), *_ = WORDS[category][0]
-    (plural, _), *_ = WORDS[category][1]
     if count == 1:
-        return f"{_article(colour)} {colour} {singular}"
-    return f"{NUMBERS.get(count, 'several')} {colour} {plural}"
+        return f"{article(colour)} {colour} {class_noun(category)}"
+    return f"{NUMBERS.get(count, 'several')} {colour} {class_noun(category, plural=True)}"
 
 
 def _word_pattern(words: Sequence[str]) -> re.Pattern[str]:
@@ -88,16 +82,16 @@ def coloured_caption(caption: str, category: str, colour: str, phrase: str) -> s
         return f"{body}, with {phrase}"
     start, noun = found.start(), found.group()
     if " ".join(noun.casefold().split()) in implying:
-        noun = singular_words[0][0]
+        noun = class_noun(category)
     before = caption[:start]
     previous = re.search(r"(?<![\w-])([\w-]+)\s+$", before)
     if previous and previous.group(1).casefold() in palette(category):
         before = before[: previous.start()]
-    article = re.search(r"(?<![\w-])(an?|An?)\s+$", before)
-    if article:
-        fixed = _article(colour)
-        fixed = fixed.capitalize() if article.group(1)[0].isupper() else fixed
-        before = f"{before[: article.start()]}{fixed} "
+    determiner = re.search(r"(?<![\w-])(an?|An?)\s+$", before)
+    if determiner:
+        fixed = article(colour)
+        fixed = fixed.capitalize() if determiner.group(1)[0].isupper() else fixed
+        before = f"{before[: determiner.start()]}{fixed} "
     if before:
         coloured = f"{colour} {noun}"
     else:  # the caption starts with the object

@@ -16,8 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from xmr.benchmarks import (
     ARO_FILES,
     BenchmarkData,
@@ -159,34 +157,33 @@ def run_benchmark(
 
     t0 = time.perf_counter()
     encoder = Encoder(config, model, address)
-    # images: each item's, then each caption item's; texts: each item's captions, then each
-    # caption item's caption (the encoder encodes repeats once)
-    queries = [ImageQuery(item.image, crop=item.box) for item in items]
-    queries += [ImageQuery(image) for item in caption_items for image in item.images]
-    texts = [caption for item in items for caption in item.captions]
-    texts += [item.caption for item in caption_items]
-    image_emb, image_errors, text_emb = encoder.encode(queries, texts)
+    # the rows each item's image and captions take in the encoder's inputs: per item its image
+    # and its captions, per caption item its images and its caption
+    queries: list[ImageQuery] = []
+    texts: list[str] = []
+    item_rows: list[tuple[int, list[int]]] = []
+    for item in items:
+        item_rows.append((len(queries), list(range(len(texts), len(texts) + len(item.captions)))))
+        queries.append(ImageQuery(item.image, crop=item.box))
+        texts += item.captions
+    caption_rows: list[tuple[list[int], int]] = []
+    for item in caption_items:
+        caption_rows.append(
+            (list(range(len(queries), len(queries) + len(item.images))), len(texts))
+        )
+        queries += [ImageQuery(image) for image in item.images]
+        texts.append(item.caption)
+    image_emb, image_errors, text_emb = encoder.encode(queries, texts)  # repeats encoded once
     timings["encode_s"] = time.perf_counter() - t0
 
-    ends = np.cumsum([len(item.captions) for item in items], dtype=np.int64)
-    scores = [
-        text_emb[end - len(item.captions) : end] @ image_emb[i]
-        for i, (item, end) in enumerate(zip(items, ends, strict=True))
+    scores = [text_emb[captions] @ image_emb[image] for image, captions in item_rows]
+    item_errors = [image_errors[image] for image, _ in item_rows]
+    caption_scores = [image_emb[images] @ text_emb[caption] for images, caption in caption_rows]
+    caption_errors = [
+        "; ".join(image_errors[r] for r in images if image_errors[r]) for images, _ in caption_rows
     ]
-    caption_errors: list[str] = []
-    caption_scores = []
-    first_image, first_text = len(items), int(ends[-1]) if len(items) else 0
-    for j, item in enumerate(caption_items):
-        rows = range(first_image, first_image + len(item.images))
-        first_image += len(item.images)
-        caption_errors.append("; ".join(image_errors[r] for r in rows if image_errors[r]))
-        caption_scores.append(image_emb[list(rows)] @ text_emb[first_text + j])
     issues = [issue for read in subsets.values() for issue in read.skipped]
-    issues += [
-        DataIssue(item.item_id, e)
-        for item, e in zip(items, image_errors[: len(items)], strict=True)
-        if e
-    ]
+    issues += [DataIssue(item.item_id, e) for item, e in zip(items, item_errors, strict=True) if e]
     issues += [
         DataIssue(item.item_id, e)
         for item, e in zip(caption_items, caption_errors, strict=True)
@@ -196,7 +193,7 @@ def run_benchmark(
     groups: dict[str, dict[str, GroupAccuracy]] = {}
     first = first_caption = 0
     for name, read in subsets.items():
-        readable = [i for i in range(first, first + len(read.items)) if not image_errors[i]]
+        readable = [i for i in range(first, first + len(read.items)) if not item_errors[i]]
         first += len(read.items)
         span = range(first_caption, first_caption + len(read.caption_items))
         first_caption += len(read.caption_items)
@@ -220,8 +217,7 @@ def run_benchmark(
         groups[name] = score.groups
     timings["total_s"] = time.perf_counter() - start
     skipped = sum(len(read.skipped) for read in subsets.values())
-    unreadable = sum(bool(error) for error in image_errors[: len(items)])
-    unreadable += sum(bool(error) for error in caption_errors)
+    unreadable = sum(bool(error) for error in item_errors + caption_errors)
     total = len(items) + len(caption_items)
     return BenchmarkResult(
         benchmark,

@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from xmr.data.toyworld.captions import PLACES, WORDS
+from xmr.data.toyworld.captions import PLACES, article, class_noun
 from xmr.data.toyworld.classes import CLASSES
 from xmr.data.toyworld.config import WorldConfig
 from xmr.data.toyworld.render import render
-from xmr.data.toyworld.scene import N_STYLE, Scene, SceneObject, object_size
+from xmr.data.toyworld.scene import N_STYLE, Scene, SceneObject, finish_scene, object_size
 from xmr.data.toyworld.world import save_png, write_json
 
 BINDING_DIR = "binding"
@@ -57,18 +57,9 @@ PLACE_PROB = 0.5
 """A binding caption ends with a place phrase ("on the road") with this probability."""
 
 
-def class_noun(category: str) -> str:
-    """The plain singular word captions use for ``category`` ("ball" for sports ball)."""
-    return WORDS[category][0][0][0]
-
-
-def _article(word: str) -> str:
-    return "an" if word[0] in "aeiou" else "a"
-
-
 def _phrase(colour: str | None, category: str) -> str:
     words = f"{colour} {class_noun(category)}" if colour else class_noun(category)
-    return f"{_article(words)} {words}"
+    return f"{article(words)} {words}"
 
 
 def swap_pairs(classes: tuple[str, ...]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -114,15 +105,8 @@ def side_by_side(
                 facing=1 if rng.random() < 0.5 else -1,
             )
         )
-    return Scene(
-        size=size,
-        background=background,
-        horizon=horizon,
-        background_seed=int(rng.integers(2**63)),
-        noise_seed=int(rng.integers(2**63)),
-        noise_std=config.layout.noise_std,
-        objects=tuple(sorted(placed, key=lambda o: o.box[1] + o.box[3])),  # far to near
-    )
+    far_to_near = sorted(placed, key=lambda o: o.box[1] + o.box[3])
+    return finish_scene(config, rng, background, horizon, far_to_near)
 
 
 def _place(rng: np.random.Generator, background: str) -> str | None:

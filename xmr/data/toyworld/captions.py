@@ -108,13 +108,21 @@ def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
     return options[int(rng.integers(len(options)))]
 
 
-def _article(word: str) -> str:
-    return "an" if word[0] in "aeiou" else "a"
+def article(word: str) -> str:
+    """``"an"`` before a vowel, else ``"a"``."""
+    return "an" if word[:1].casefold() in tuple("aeiou") else "a"
+
+
+def class_noun(category: str, plural: bool = False) -> str:
+    """The plain caption word for ``category``: its first singular (or plural) word, "ball" for
+    sports ball, "tables" for dining tables."""
+    one, many = WORDS[category]
+    return (many if plural else one)[0][0]
 
 
 def _counted(count: int, singular: str, plural: str) -> str:
     if count == 1:
-        return f"{_article(singular)} {singular}"
+        return f"{article(singular)} {singular}"
     return f"{NUMBERS.get(count, 'several')} {plural}"
 
 
@@ -176,7 +184,7 @@ class _Captioner:
         if neutral:
             if k == 1 and role_of in ROLE_WORDS and rng.random() < 0.5:
                 role = _choice(rng, ROLE_WORDS[role_of])
-                return f"{_article(role)} {role}"
+                return f"{article(role)} {role}"
             if k >= 3 and rng.random() < 0.3:
                 return "a group of people"
             one, many = PERSON_WORDS["neutral"]

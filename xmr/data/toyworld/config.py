@@ -299,12 +299,12 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
         if a == b:
             raise _fail(source, key, f"a and b must differ, got {a!r} twice")
         cooccurrence.append(Cooccurrence(a, b, _float(entry["p"], f"{key}.p", source, 0, 1)))
+    objects = tuple(c for c in classes if c != "person")
     gender_bias = []
     fields = ("with", "gender", "p")
     for i, entry in enumerate(_entries(data["gender_bias"], "gender_bias", source, fields)):
         key = f"gender_bias[{i}]"
-        others = tuple(c for c in classes if c != "person")
-        with_class = _name(entry["with"], f"{key}.with", source, others)
+        with_class = _name(entry["with"], f"{key}.with", source, objects)
         gender = _name(entry["gender"], f"{key}.gender", source, GENDERS)
         gender_bias.append(
             GenderBias(with_class, gender, _float(entry["p"], f"{key}.p", source, 0, 1))
@@ -314,8 +314,7 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
     fields = ("class", "colour", "p")
     for i, entry in enumerate(_entries(data["attribute_bias"], "attribute_bias", source, fields)):
         key = f"attribute_bias[{i}]"
-        others = tuple(c for c in classes if c != "person")
-        category = _name(entry["class"], f"{key}.class", source, others)
+        category = _name(entry["class"], f"{key}.class", source, objects)
         if any(a.category == category for a in attribute_bias):
             raise _fail(source, f"{key}.class", f"{category!r} has a rule already")
         colour = _name(entry["colour"], f"{key}.colour", source, tuple(CLASSES[category].palette))

@@ -253,6 +253,26 @@ def _group_shift(items: list[_Item], root: int, size: int, *, vertical: bool) ->
         items[i].box = (x + dx, y + dy, w, h)
 
 
+def finish_scene(
+    config: WorldConfig,
+    rng: np.random.Generator,
+    background: str,
+    horizon: int,
+    objects: list[SceneObject],
+) -> Scene:
+    """The :class:`Scene` of ``objects`` (in drawing order): its background and noise seeds are
+    the last draws from ``rng``."""
+    return Scene(
+        size=config.image_size,
+        background=background,
+        horizon=horizon,
+        background_seed=int(rng.integers(2**63)),
+        noise_seed=int(rng.integers(2**63)),
+        noise_std=config.layout.noise_std,
+        objects=tuple(objects),
+    )
+
+
 def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool) -> Scene:
     """Sample one scene. ``biased``: plant the configured co-occurrence, gender, colour rules."""
     size = config.image_size
@@ -323,12 +343,4 @@ def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool)
                 relation=item.relation,
             )
         )
-    return Scene(
-        size=size,
-        background=background,
-        horizon=horizon,
-        background_seed=int(rng.integers(2**63)),
-        noise_seed=int(rng.integers(2**63)),
-        noise_std=config.layout.noise_std,
-        objects=tuple(objects),
-    )
+    return finish_scene(config, rng, background, horizon, objects)
