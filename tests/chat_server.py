@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MIB = 1024 * 1024
@@ -57,7 +57,9 @@ FIXED_ANSWERS = {
 class LoggedRequest:
     """One request the server received.
 
-    ``started``/``finished`` are ``time.monotonic()`` seconds; ``status`` the HTTP status sent.
+    ``started``/``finished`` are ``time.monotonic()`` seconds, ``finished`` taken when the answer
+    was ready, just before it went out; ``status`` is the answer's HTTP status (500 for a
+    streamed answer the client hung up on).
     """
 
     path: str
@@ -147,7 +149,7 @@ class ChatServer:
 
     @property
     def log(self) -> list[LoggedRequest]:
-        """The requests received so far, in order of completion."""
+        """The requests received so far, in the order their answers were ready."""
         with self._lock:
             return list(self._log)
 
@@ -196,7 +198,18 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: the request log is :attr:`ChatServer.log`."""
 
+    def _record(self, status: int) -> None:
+        """Log this request once, before its answer goes out.
+
+        A client that has read the answer can then rely on :attr:`ChatServer.log` holding it.
+        """
+        if self._entry is None:
+            return
+        entry, self._entry = replace(self._entry, finished=time.monotonic(), status=status), None
+        self.chat._leave(entry)
+
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self._record(status)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -206,7 +219,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _send_huge(self) -> None:
-        """A valid completion of HUGE_BYTES characters, streamed until the client hangs up."""
+        """A valid completion of HUGE_BYTES characters, streamed until the client hangs up.
+
+        Logged when the stream ends: 500 when the client hung up first (see ``do_POST``).
+        """
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Connection", "close")
@@ -226,22 +242,22 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         digest = hashlib.sha256(body).hexdigest()
         authorization = self.headers.get("Authorization", "")
-        status, script, user_text = 500, "", ""
+        self._entry: LoggedRequest | None = LoggedRequest(
+            self.path, digest, "", "", authorization, started, started, 500
+        )
+        status = 500
         try:
             request = json.loads(body)
             users = [m["content"] for m in request["messages"] if m["role"] == "user"]
             user_text = users[-1] if users else ""
             marker = MARKER.search(user_text)
             script = marker.group(1) if marker else "default"
+            self._entry = replace(self._entry, user_text=user_text, script=script)
             status = self._answer(chat, request, user_text, script, digest, authorization)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (timeout, size cap)
         finally:
-            finished = time.monotonic()
-            entry = LoggedRequest(
-                self.path, digest, user_text, script, authorization, started, finished, status
-            )
-            chat._leave(entry)
+            self._record(status)
 
     def _answer(
         self, chat: ChatServer, request: dict, user_text: str, script: str, digest: str, auth: str
