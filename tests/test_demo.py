@@ -1,6 +1,9 @@
-"""`xmr demo` end to end on a small ToyWorld: D′, D-only and D ∪ D′ runs, the comparison table."""
+"""`xmr demo` end to end on a small ToyWorld: the ODmAP job (D′, D-only and D ∪ D′ runs, the
+comparison) as one MLflow run with a child per step, and its resumption."""
 
 from __future__ import annotations
+
+import json
 
 import mlflow
 import pytest
@@ -12,24 +15,46 @@ from xmr.data.synthetic import read_manifest
 pytestmark = pytest.mark.slow
 
 
-def test_demo_trains_both_conditions_and_compares_them(
+def test_demo_runs_the_odmap_job_and_a_rerun_skips_every_step(
     local_ray, small_toyworld, nltk_tagger, tmp_path
 ) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ["demo", "--data", str(small_toyworld), "--epochs", "1", "--workdir",
-            str(tmp_path / "demo"), "--tracking-uri", uri, "--cpus-per-worker", "1"]  # fmt: skip
+    workdir = tmp_path / "demo"
+    args = ["demo", "--data", str(small_toyworld), "--epochs", "1", "--workdir", str(workdir),
+            "--tracking-uri", uri, "--cpus-per-worker", "1"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     for text in ("odmap@1", "recall_t2i@10", "bias@10", "D ∪ D′", "Δ"):
         assert text in result.output
-    manifest = read_manifest(tmp_path / "demo" / "dprime")
+    manifest = read_manifest(workdir / "dprime")
     assert manifest["planned"] == manifest["written"] + manifest["errors"]
-    client = mlflow.MlflowClient(uri)
-    experiment = client.get_experiment_by_name("xmr/train/toyworld")
-    runs = client.search_runs([experiment.experiment_id], "tags.`xmr.demo` = 'seed0'")
-    assert sorted(r.data.params["data.synth"] != "none" for r in runs) == [False, True]
-    assert all(r.info.status == "FINISHED" for r in runs)
 
-    again = CliRunner().invoke(app, args)  # everything done: reused, same table
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/jobs/odmap")
+    runs = client.search_runs([experiment.experiment_id])
+    (job,) = [r for r in runs if r.data.tags.get("xmr.command") == "job"]
+    children = {r.info.run_name: r for r in runs if r is not job}
+    assert set(children) == {"synth", "train-d", "train-d-dprime"}
+    assert all(r.data.tags["mlflow.parentRunId"] == job.info.run_id for r in children.values())
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert children["train-d"].data.params["data.synth"] == "none"
+    assert children["train-d-dprime"].data.params["data.synth"] == str(workdir / "dprime")
+    assert children["train-d-dprime"].data.tags["xmr.demo"] == "seed0"
+    comparison = json.loads((workdir / "steps" / "compare.json").read_text())["metrics"]
+    delta = comparison["delta/test/odmap_at_1"]
+    assert delta == pytest.approx(
+        comparison["d_dprime/test/odmap_at_1"] - comparison["d/test/odmap_at_1"]
+    )
+    assert job.data.metrics["delta/test/odmap_at_1"] == pytest.approx(delta)
+    assert (workdir / "comparison.csv").is_file()
+
+    again = CliRunner().invoke(app, args)  # every step done: skipped, the same table
     assert again.exit_code == 0, again.output
-    assert len(client.search_runs([experiment.experiment_id])) == 2
+    assert again.output.count("finished before, skipped") == 4
+    assert result.output.split("test split:")[-1] == again.output.split("test split:")[-1]
+    assert len(client.search_runs([experiment.experiment_id])) == len(runs)
+
+    other = [*args[:4], "2", *args[5:]]  # other options in the same folder: refused
+    refused = CliRunner().invoke(app, other)
+    assert refused.exit_code == 2
+    assert "started with other options (epochs: '1' -> '2')" in refused.output

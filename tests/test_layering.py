@@ -39,6 +39,7 @@ LAYERS = (
     "train",
     "tune",
     "compare",
+    "jobs",  # the papers' experiments as resumable step sequences (ray_jobs/ submits them)
     "demo",
     "cli",
 )

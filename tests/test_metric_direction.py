@@ -5,7 +5,6 @@ picks the best training checkpoint."""
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -126,19 +125,12 @@ def test_the_scheduler_mode_defaults_to_the_metric_direction() -> None:
 # --- the tables and the checkpoint choice ----------------------------------------------------
 
 
-def test_the_demo_colours_a_bias_closer_to_zero_green(tmp_path: Path) -> None:
-    from xmr.demo import CONDITIONS, DemoResult, comparison_table
-    from xmr.train.run import TrainResult
-
-    def run(metrics: dict[str, float]) -> TrainResult:  # only the metrics are read
-        return TrainResult(
-            **{**dict.fromkeys(f.name for f in fields(TrainResult)), "metrics": metrics}
-        )
+def test_the_odmap_comparison_colours_a_bias_closer_to_zero_green() -> None:
+    from xmr.jobs.odmap import comparison_table
 
     base = {"test/recall_t2i_at_1": 0.30, "test/bias_at_10": 0.20}
     mixed = {"test/recall_t2i_at_1": 0.25, "test/bias_at_10": -0.10}  # Δ bias -0.30: better
-    runs = dict(zip(CONDITIONS, (run(base), run(mixed)), strict=True))
-    table = comparison_table(DemoResult(runs, tmp_path))
+    table = comparison_table({"D": base, "D ∪ D′": mixed}, "test")
     deltas = dict(zip(table.columns[0]._cells, table.columns[-1]._cells, strict=True))
     assert deltas == {"recall_t2i@1": "[red]-0.050[/red]", "bias@10": "[green]-0.300[/green]"}
 

@@ -265,7 +265,8 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
     """
     from rich.console import Console
 
-    from xmr.demo import DEMO_EPOCHS, comparison_table, run_demo
+    from xmr.demo import DEMO_EPOCHS, run_demo
+    from xmr.jobs.odmap import odmap_report
 
     with user_errors():
         result = run_demo(
@@ -278,11 +279,12 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
             data=options.data,
         )
     console = Console()
-    console.print(comparison_table(result))
+    console.print(odmap_report(result.outcomes))
     console.print(
         "ODmAP@K: how often the top captions for an image with objects removed describe what is "
-        "left and not what was removed (higher is better). Both runs are in the MLflow "
-        "experiment xmr/train/toyworld (`mlflow ui`, tag xmr.demo)."
+        "left and not what was removed (higher is better). The demo is one MLflow run in "
+        f"experiment {result.job.experiment} with a child run per step (`mlflow ui`).",
+        soft_wrap=True,
     )
 
 

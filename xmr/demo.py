@@ -1,42 +1,48 @@
 """``xmr demo``: the ODmAP paper's central experiment, end to end, on the embedded ToyWorld.
 
-1. Generate the default ToyWorld (cached; no download).
-2. Build D′ from its train split: box masks + Telea inpainting, noun-phrase removal captions.
-3. Train ``xmr-tiny`` CLIP from scratch on D, and on D ∪ D′, with the same seed and budget.
-4. Evaluate both on the test split (Recall@K both ways, ODmAP@K on exact counterfactual
-   renders, Bias@K) and print them side by side.
+It is the ODmAP job (:mod:`xmr.jobs.odmap`, what ``ray_jobs/odmap.py`` submits to a
+cluster) at laptop size, in ``--workdir``:
 
-Both runs land in the MLflow experiment ``xmr/train/toyworld`` tagged ``xmr.demo``; every step
-is resumable (rerunning reuses the world, D′ and finished runs).
+1. Build D′ from the default ToyWorld's train split (cached; no download): box masks + Telea
+   inpainting, noun-phrase removal captions.
+2. Train ``xmr-tiny`` CLIP from scratch on D, and on D ∪ D′, with the same seed and budget;
+   each run ends with the test-split evaluation (Recall@K both ways, ODmAP@K on exact
+   counterfactual renders, Bias@K).
+3. Compare them side by side.
+
+The job is one MLflow run in ``xmr/jobs/odmap`` with a child run per step; rerunning skips the
+finished steps and resumes an interrupted one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 from xmr.data.default_world import default_toyworld
-from xmr.metrics import metric_direction
-from xmr.synth.build import synthesize_defaults
-from xmr.train.config import resolve_config
-
-if TYPE_CHECKING:
-    from xmr.train.run import TrainResult
+from xmr.jobs.odmap import ODmAPJobOptions, odmap_report, odmap_steps
+from xmr.jobs.options import job_params
+from xmr.jobs.steps import Job, JobResult, run_job
 
 DEMO_EPOCHS = 3  # bench/RESULTS.md: the D′ effect is clear after 3 epochs
-CONDITIONS = {"D": None, "D ∪ D′": "dprime"}
 
 
-@dataclass
-class DemoResult:
-    """The two trained runs, by condition ("D", "D ∪ D′"), and the D′ folder."""
-
-    runs: dict[str, TrainResult]
-    dprime: Path
+def demo_job(
+    workdir: Path,
+    *,
+    seed: int = 0,
+    epochs: int = DEMO_EPOCHS,
+    cpus_per_worker: int = 2,
+    progress: bool = True,
+    data: Path | None = None,
+) -> Job:
+    """The demo's job in ``workdir``, on ``data`` (another ToyWorld folder, from ``xmr data
+    toyworld``) or the default ToyWorld."""
+    world = data or default_toyworld(seed, progress=progress)
+    options = ODmAPJobOptions(data=world, epochs=epochs, seed=seed, cpus_per_worker=cpus_per_worker)
+    steps = odmap_steps(options, workdir, {"xmr.demo": f"seed{seed}"})
+    return Job("odmap", f"demo-seed{seed}", workdir, job_params(options), steps, odmap_report)
 
 
 def run_demo(
@@ -49,66 +55,15 @@ def run_demo(
     cpus_per_worker: int = 2,
     progress: bool = True,
     data: Path | None = None,
-) -> DemoResult:
-    """Run the demo into ``workdir`` (D′ in ``workdir/dprime``, runs in ``workdir/runs``).
-
-    ``data``: another ToyWorld folder (``xmr data toyworld``) instead of the default one.
-    """
-    from xmr.train.run import train  # the Ray Train driver
-
-    console = Console()
-    world = data or default_toyworld(seed, progress=progress)
-    console.rule("1/3  D′: remove co-occurring objects from the train split")
-    dprime = workdir / "dprime"
-    synthesize_defaults(world, dprime, seed=seed, address=address, progress=progress)
-    runs: dict[str, TrainResult] = {}
-    for step, (condition, synth) in enumerate(CONDITIONS.items(), start=2):
-        console.rule(f"{step}/3  train xmr-tiny CLIP on {condition}")
-        config = resolve_config(
-            "clip",
-            data=world,
-            synth=dprime if synth else None,
-            epochs=epochs,
-            seed=seed,
-            cpus_per_worker=cpus_per_worker,
-            storage=workdir / "runs",
-            name=f"demo-{'d-dprime' if synth else 'd'}-seed{seed}",
-        )
-        runs[condition] = train(
-            config, address=address, tracking_uri=tracking_uri, tags={"xmr.demo": f"seed{seed}"}
-        )
-    return DemoResult(runs, dprime)
-
-
-ROWS = [
-    *(f"recall_i2t_at_{k}" for k in (1, 5, 10)),
-    *(f"recall_t2i_at_{k}" for k in (1, 5, 10)),
-    *(f"odmap_at_{k}" for k in (1, 5, 10)),
-    "bias_at_10",
-]
-
-
-def comparison_table(result: DemoResult, split: str = "test") -> Table:
-    """Metrics as rows, conditions as columns, and the change D ∪ D′ − D: green where D ∪ D′
-    is better by the metric's direction (:func:`~xmr.metrics.metric_direction`; Bias@K by its
-    size), red where it is not."""
-    table = Table(title=f"xmr demo: {split} split of the default ToyWorld")
-    table.add_column("metric")
-    for condition in result.runs:
-        table.add_column(condition, justify="right")
-    table.add_column("Δ", justify="right")
-    base, mixed = (result.runs[c].metrics for c in CONDITIONS)
-    for name in ROWS:
-        key = f"{split}/{name}"
-        if key not in base:
-            continue
-        delta = mixed[key] - base[key]
-        better = metric_direction(key).better(mixed[key], than=base[key])
-        colour = "green" if better else "red"
-        table.add_row(
-            name.replace("_at_", "@"),
-            f"{base[key]:.3f}",
-            f"{mixed[key]:.3f}",
-            f"[{colour}]{delta:+.3f}[/{colour}]",
-        )
-    return table
+) -> JobResult:
+    """Run (or resume) the demo in ``workdir``: D′ in ``workdir/dprime``, runs in
+    ``workdir/runs``, the comparison in ``workdir/comparison.csv``."""
+    job = demo_job(
+        workdir,
+        seed=seed,
+        epochs=epochs,
+        cpus_per_worker=cpus_per_worker,
+        progress=progress,
+        data=data,
+    )
+    return run_job(job, tracking_uri=tracking_uri, address=address, console=Console())

@@ -110,13 +110,17 @@ def log_to_mlflow(
     *,
     tracking_uri: str | None = None,
     run_name: str | None = None,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
 ) -> str:
-    """Log one evaluation as a run of experiment ``xmr/eval/<dataset>``; returns the run id."""
+    """Log one evaluation as a run of ``experiment`` (default ``xmr/eval/<dataset>``), nested
+    under ``parent_run_id`` when given (a job's step); returns the run id."""
     with start_run(
-        experiment_name("eval", config.dataset),
+        experiment or experiment_name("eval", config.dataset),
         run_name=run_name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval"},
+        parent_run_id=parent_run_id,
     ) as run:
         log_result(run, result, config)
         return run.run_id
@@ -173,13 +177,17 @@ def log_benchmark_to_mlflow(
     *,
     tracking_uri: str | None = None,
     run_name: str | None = None,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
 ) -> str:
-    """Log one benchmark run to experiment ``xmr/eval/<benchmark>``; returns the run id."""
+    """Log one benchmark run to ``experiment`` (default ``xmr/eval/<benchmark>``), nested
+    under ``parent_run_id`` when given (a job's step); returns the run id."""
     with start_run(
-        experiment_name("eval", result.benchmark),
+        experiment or experiment_name("eval", result.benchmark),
         run_name=run_name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval", "xmr.benchmark": result.benchmark},
+        parent_run_id=parent_run_id,
     ) as run:
         run.log_params(result.params(config))
         run.log_metrics(result.metrics)

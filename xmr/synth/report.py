@@ -151,18 +151,26 @@ def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) ->
 
 
 def log_to_mlflow(
-    result: SynthResult, config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec | None = None
+    result: SynthResult,
+    config: SynthConfig,
+    runtime: SynthRuntime,
+    llm: LLMSpec | None = None,
+    *,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
 ) -> str:
-    """One run in experiment ``xmr/synth/<dataset>``: params, counts, throughput, manifest and
-    the sample grid (BiAug: also the LLM and the paper's table-1 statistics). Returns the run
-    id. No API key is logged: the LLM is named by backend and model only."""
+    """One run in ``experiment`` (default ``xmr/synth/<dataset>``), nested under
+    ``parent_run_id`` when given (a job's step): params, counts, throughput, manifest and the
+    sample grid (BiAug: also the LLM and the paper's table-1 statistics). Returns the run id.
+    No API key is logged: the LLM is named by backend and model only."""
     m = result.manifest
     with start_run(
-        experiment_name("synth", config.dataset),
+        experiment or experiment_name("synth", config.dataset),
         run_name=runtime.run_name,
         tracking_uri=runtime.tracking_uri,
         tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"],
               "xmr.synth_mode": config.mode},
+        parent_run_id=parent_run_id,
     ) as run:  # fmt: skip
         params = {f"synth.{k}": v for k, v in config.to_dict().items()}
         params["synth.out"] = str(result.out)

@@ -142,10 +142,15 @@ def _check_dry(space: SearchSpace) -> None:
 
 
 def _parent_run(
-    space: SearchSpace, name: str, sweep_dir: Path, uri: str, experiment: str
+    space: SearchSpace,
+    name: str,
+    sweep_dir: Path,
+    uri: str,
+    experiment: str,
+    job_run_id: str | None,
 ) -> TrackedRun:
     """The sweep's MLflow parent run (RUNNING): the one a previous attempt started, or a new
-    one."""
+    one (nested under ``job_run_id`` when the sweep is a job's step)."""
     record = sweep_dir / SWEEP_FILE
     digest = space_digest(space)
     if record.is_file():
@@ -169,6 +174,7 @@ def _parent_run(
             "xmr.metrics": ",".join(m.name for m in space.metrics),
             "mlflow.note.content": space.description,
         },
+        parent_run_id=job_run_id,
         keep_running=True,
     ) as run:
         run.log_params(
@@ -316,9 +322,14 @@ def run_sweep(
     address: str | None = None,
     tracking_uri: str | None = None,
     max_concurrent: int | None = None,
+    experiment: str | None = None,
+    parent_run_id: str | None = None,
 ) -> SweepResult:
     """Run (or resume, same ``name`` and ``storage``) a sweep; trials that raise are reported
     in the result and the parent run, and the others go on.
+
+    The sweep's run goes to ``experiment`` (default ``xmr/tune/<space>``), nested under
+    ``parent_run_id`` when given (a job's step); its trials nest under the sweep's run.
 
     Raises:
         SpaceError: the space cannot run (checked before Ray starts).
@@ -327,8 +338,8 @@ def run_sweep(
     name = name or default_sweep_name(space)
     sweep_dir = (Path(storage) / name).resolve()
     uri = resolve_tracking_uri(tracking_uri)
-    experiment = experiment_name("tune", space.name)
-    parent = _parent_run(space, name, sweep_dir, uri, experiment)
+    experiment = experiment or experiment_name("tune", space.name)
+    parent = _parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
     try:
         init_ray(address, log_to_driver=True)  # trials' epoch lines, the base model's bars
         with _sigterm_as_ctrl_c():

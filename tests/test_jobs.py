@@ -1,0 +1,148 @@
+"""Jobs (xmr.jobs): steps run in order, finished ones are skipped on resubmission, a failure
+resumes from the failed step, other options are refused, and every step's run is a child of
+the job's run. Plain-Python steps here (no Ray); the ODmAP job end to end is in test_demo.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+from rich.console import Console
+
+from xmr.jobs import Job, Step, StepContext, StepOutcome, run_job
+from xmr.jobs.steps import print_plan
+from xmr.tracking import start_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _steps(folder: Path, calls: list[str], fail_at: str | None = None) -> list[Step]:
+    def make(name: str) -> Step:
+        def run(context: StepContext) -> StepOutcome:
+            calls.append(name)
+            if name == fail_at:
+                raise RuntimeError(f"{name} broke")
+            out = context.folder / f"{name}.txt"
+            earlier = sum(o.metrics["value"] for o in context.outcomes.values())
+            out.write_text(str(earlier + 1))
+            with start_run(
+                context.experiment,
+                run_name=name,
+                tracking_uri=context.tracking_uri,
+                parent_run_id=context.parent_run_id,
+            ) as run:
+                run.log_metrics({"value": earlier + 1})
+            return StepOutcome(run.run_id, {"value": earlier + 1}, {"out": str(out)})
+
+        return Step(name, f"write {name}.txt", f"xmr {name}", run)
+
+    return [make(name) for name in ("first", "second", "third")]
+
+
+def _job(folder: Path, calls: list[str], fail_at: str | None = None, seed: str = "0") -> Job:
+    folder.mkdir(parents=True, exist_ok=True)
+    return Job("toy", "toy-job", folder, {"seed": seed}, _steps(folder, calls, fail_at))
+
+
+def test_a_job_runs_its_steps_as_children_and_a_resubmission_skips_them(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    calls: list[str] = []
+    quiet = Console(quiet=True)
+    result = run_job(_job(tmp_path / "job", calls), tracking_uri=uri, console=quiet)
+    assert calls == ["first", "second", "third"] and result.skipped == []
+    assert result.outcomes["third"].metrics == {"value": 4.0}  # 1, 2 (1+1), 4 (1+2+1)
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/jobs/toy")
+    runs = client.search_runs([experiment.experiment_id])
+    job = client.get_run(result.run_id)
+    assert job.info.status == "FINISHED" and job.data.params == {"job.seed": "0"}
+    assert {f"time/{n}" for n in calls} <= set(job.data.metrics)
+    children = [r for r in runs if r.info.run_id != result.run_id]
+    assert sorted(r.info.run_name for r in children) == ["first", "second", "third"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {result.run_id}
+
+    (tmp_path / "job" / "second.txt").unlink()  # a finished step whose output is gone runs again
+    again = run_job(_job(tmp_path / "job", calls), tracking_uri=uri, console=quiet)
+    assert calls[3:] == ["second"] and again.skipped == ["first", "third"]
+    assert again.run_id == result.run_id  # the same job run, reopened and finished again
+    assert client.get_run(result.run_id).info.status == "FINISHED"
+
+
+def test_a_failed_step_fails_the_job_run_and_the_resubmission_resumes_there(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    calls: list[str] = []
+    quiet = Console(quiet=True)
+    with pytest.raises(RuntimeError, match="second broke"):
+        run_job(_job(tmp_path / "job", calls, fail_at="second"), tracking_uri=uri, console=quiet)
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/jobs/toy")
+    (job,) = client.search_runs([experiment.experiment_id], "tags.`xmr.command` = 'job'")
+    assert job.info.status == "FAILED"
+    assert not (tmp_path / "job" / "steps" / "second.json").exists()
+
+    result = run_job(_job(tmp_path / "job", calls), tracking_uri=uri, console=quiet)
+    assert calls == ["first", "second", "second", "third"] and result.skipped == ["first"]
+    assert result.run_id == job.info.run_id
+    assert client.get_run(job.info.run_id).info.status == "FINISHED"
+
+    with pytest.raises(ValueError, match=r"other options \(seed: '0' -> '1'\)"):
+        run_job(_job(tmp_path / "job", calls, seed="1"), tracking_uri=uri, console=quiet)
+
+
+def test_the_plan_marks_finished_steps_done(tmp_path: Path) -> None:
+    calls: list[str] = []
+    job = _job(tmp_path / "job", calls)
+    quiet = Console(quiet=True)
+    run_job(job, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", console=quiet)
+    (tmp_path / "job" / "third.txt").unlink()
+    console = Console(record=True, width=200)
+    print_plan(job, console)
+    lines = console.export_text().splitlines()
+    assert [line.split(":")[0].strip() for line in lines if ". " in line] == [
+        "1. done   first", "2. done   second", "3. to do  third"
+    ]  # fmt: skip
+    assert "$ xmr third" in lines[-1]
+
+
+def _odmap(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(REPO / "ray_jobs" / "odmap.py"), *args]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_path: Path) -> None:
+    dry = _odmap(tmp_path, "--dry-run", "--epochs", "1", "--storage", "jobs", "--name", "small")
+    assert dry.returncode == 0, dry.stderr
+    folder = tmp_path / "jobs" / "small"
+    for line in (
+        f"job small in {folder}",
+        f"$ xmr data toyworld --out {folder / 'world'} --seed 0",
+        f"--synth {folder / 'dprime'} --name train-d-dprime",
+        "MLflow: experiment xmr/jobs/odmap on sqlite:///",
+    ):
+        assert line in dry.stdout
+    assert dry.stdout.count("to do") == 5
+    assert not (tmp_path / "jobs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--dataset", "coco"], "error: --data is required for --dataset coco"),
+        (["--fill", "magic"], "error: --fill 'magic' is not one of telea"),
+        (["--epochs", "0"], "error: --epochs must be >= 1, got 0"),
+        (["--model", "resnet"], "error: unknown model family 'resnet'"),
+    ],
+)
+def test_the_odmap_job_refuses_bad_options_before_any_step(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    refused = _odmap(tmp_path, *args)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(error), refused.stderr
+    assert not (tmp_path / "xmr-jobs").exists()

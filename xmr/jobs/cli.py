@@ -1,0 +1,54 @@
+"""A job's command line: ``python ray_jobs/<job>.py [options]``, what ``ray job submit`` runs.
+
+:func:`job_app` turns a job's options dataclass and its builder into a typer app with the
+job's flags, :class:`~xmr.jobs.options.JobOptions` (``--storage``, ``--name``,
+``--dry-run``) and :class:`~xmr.options.ClusterOptions` (``--address``, ``--tracking-uri``).
+Every option is checked, and every step's, before the first step runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from xmr.jobs.options import JobOptions
+from xmr.jobs.steps import Job, print_plan
+from xmr.options import ClusterOptions, command, user_errors
+
+
+def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -> typer.Typer:
+    """The app of a job: ``build(options, job_options)`` makes the :class:`Job` to run;
+    ``help``'s first paragraph is the command's help."""
+
+    def run(values: Any, job_options: JobOptions, cluster: ClusterOptions) -> None:
+        from xmr.jobs.steps import run_job
+        from xmr.tracking import resolve_tracking_uri
+
+        console = Console()
+        with user_errors():
+            job = build(values, job_options)
+        print_plan(job, console)
+        uri = resolve_tracking_uri(cluster.tracking_uri)
+        console.print(f"MLflow: experiment {job.experiment} on {uri}", soft_wrap=True)
+        if job_options.dry_run:
+            return
+        with user_errors():
+            result = run_job(job, tracking_uri=uri, address=cluster.address, console=console)
+        if job.report is not None:
+            console.print(job.report(result.outcomes))
+        console.print(
+            f"job {job.name}: {len(job.steps)} steps, {len(result.skipped)} finished before; "
+            f"MLflow run {result.run_id} in experiment {job.experiment}",
+            soft_wrap=True,
+        )
+
+    run.__doc__ = " ".join(help.split("\n\n")[0].split()) + (
+        "\n\nSubmitting the same command again resumes the job: finished steps are skipped. "
+        "--dry-run prints the plan."
+    )
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(command(run, options, JobOptions, ClusterOptions))
+    return app

@@ -1,0 +1,125 @@
+"""xmr's commands as job steps: a generated ToyWorld, a D′ build, a training run.
+
+Each function checks its options when the job is planned (a bad flag fails before any step
+runs, with the flag named) and returns a :class:`~xmr.jobs.steps.Step` whose run calls the
+same API as the command (no second implementation) and logs its MLflow run as a child of the
+job's run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from xmr.jobs.options import command_line
+from xmr.jobs.steps import Step, StepContext, StepOutcome
+
+
+def world_step(out: Path, *, seed: int, config: str | None = None) -> Step:
+    """Generate a ToyWorld into ``out`` (``xmr data toyworld``), so that every node reads the
+    same world from the job's folder rather than each its own cache."""
+
+    def run(context: StepContext) -> StepOutcome:
+        from xmr.data.toyworld import generate_world
+
+        partial = out.with_name(f".{out.name}.partial")  # an interrupted run leaves no world
+        shutil.rmtree(partial, ignore_errors=True)
+        generate_world(partial, config, seed=seed, progress=True)
+        partial.replace(out)
+        return StepOutcome(outputs={"world": str(out)})
+
+    command = command_line("xmr data toyworld", {"out": out, "config": config, "seed": seed})
+    return Step("world", f"generate a ToyWorld (seed {seed})", command, run)
+
+
+def synth_step(
+    name: str, summary: str, values: Mapping[str, Any], llm: Mapping[str, Any] | None = None
+) -> Step:
+    """Build D′ (``xmr synth``) with ``values``: the fields of
+    :class:`~xmr.synth.config.SynthConfig` and :class:`~xmr.synth.config.SynthRuntime` by
+    name (``out`` included), and for ``--mode biaug`` the LLM's (:class:`~xmr.llm.LLMSpec`).
+
+    Raises:
+        ValueError: a value out of bounds or contradicting another (checked now).
+    """
+    from xmr.synth.config import load_configs, load_llm_spec
+
+    config, runtime = load_configs(None, {**values, "run_name": name})
+    spec = load_llm_spec(None, dict(llm or {})) if config.mode == "biaug" else None
+
+    def run(context: StepContext) -> StepOutcome:
+        from dataclasses import replace
+
+        from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
+
+        attached = replace(runtime, address=context.address, tracking_uri=context.tracking_uri)
+        if spec is not None:
+            from xmr.synth.biaug_build import synthesize_biaug
+
+            result = synthesize_biaug(config, attached, spec)
+        else:
+            from xmr.synth.build import synthesize
+
+            result = synthesize(config, attached)
+        save_sample_grid(result.out, result.out / SAMPLES, seed=config.seed)
+        print_summary(result)
+        run_id = log_to_mlflow(
+            result,
+            config,
+            attached,
+            spec,
+            experiment=context.experiment,
+            parent_run_id=context.parent_run_id,
+        )
+        manifest = result.manifest
+        if result.error_rate > runtime.max_error_rate:
+            raise RuntimeError(
+                f"{name}: {manifest['errors']} of {manifest['planned']} rows failed "
+                f"({result.error_rate:.1%} > --max-error-rate {runtime.max_error_rate:.1%}); "
+                f"reasons in {result.out / 'errors.parquet'}"
+            )
+        counts = {key: float(manifest[key]) for key in ("planned", "written", "errors")}
+        return StepOutcome(run_id, counts, {"dprime": str(result.out)})
+
+    shown = {k: v for k, v in {**values, **(llm or {})}.items() if k != "progress"}
+    return Step(name, summary, command_line("xmr synth", shown), run)
+
+
+def train_step(
+    name: str, summary: str, family: str, values: Mapping[str, Any], tags: Mapping[str, str]
+) -> Step:
+    """Train (``xmr train``) the model ``family`` with ``values``, the fields of
+    :func:`~xmr.train.config.resolve_config` by name; the run is named ``name`` and its folder
+    is ``<storage>/<name>``. The outcome's metrics are the run's final test-split metrics (the
+    evaluation ``xmr train`` ends with: Recall@K both ways, ODmAP@K, Bias@K).
+
+    Raises:
+        ValueError: an unknown family or values out of bounds (checked now).
+    """
+    from xmr.train.config import resolve_config
+
+    config = resolve_config(family, **{**values, "name": name})
+
+    def run(context: StepContext) -> StepOutcome:
+        from xmr.train.run import train
+
+        result = train(
+            config,
+            address=context.address,
+            tracking_uri=context.tracking_uri,
+            tags=dict(tags),
+            experiment=context.experiment,
+            parent_run_id=context.parent_run_id,
+        )
+        final = {
+            key: value
+            for key, value in result.metrics.items()
+            if key.startswith(f"{config.test_split}/")
+        }
+        outputs = {"run": str(result.run_dir), "checkpoint": str(result.last_checkpoint)}
+        return StepOutcome(result.mlflow_run_id, final, outputs)
+
+    command = command_line("xmr train", {"model": family, **values, "name": name})
+    return Step(name, summary, command, run)

@@ -1,0 +1,181 @@
+"""The ODmAP paper's experiment as a job (tables 1–2): build D′ → train on D and on D ∪ D′ →
+compare their test metrics (ODmAP@K, Recall@K both ways, Bias@K).
+
+Steps, in the job's folder:
+
+1. ``world`` (ToyWorld without ``--data`` only): generate the world into ``world/``.
+2. ``synth``: D′ of the train split into ``dprime/`` (``xmr synth``: box masks, the fill,
+   noun-phrase removal captions).
+3. ``train-d``: the model on D (``runs/train-d``); training ends with the test-split
+   evaluation.
+4. ``train-d-dprime``: the same model, seed and budget on D ∪ D′ (``runs/train-d-dprime``).
+5. ``compare``: both runs' test metrics side by side with the change, into ``comparison.csv``
+   and the job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``).
+
+``ray_jobs/odmap.py`` submits it to a cluster; ``xmr demo`` runs it on the embedded ToyWorld.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.table import Table
+
+from xmr.data.registry import DATASETS
+from xmr.jobs.commands import synth_step, train_step, world_step
+from xmr.jobs.options import JobOptions, default_job_name, job_params
+from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
+from xmr.metrics import metric_direction
+from xmr.options import check_options, option, resolve_paths
+from xmr.removal.fill import FILL_METHODS
+
+CONDITIONS = {"D": "train-d", "D ∪ D′": "train-d-dprime"}
+"""The two training conditions and the steps that train them."""
+
+ROWS = [
+    *(f"recall_i2t_at_{k}" for k in (1, 5, 10)),
+    *(f"recall_t2i_at_{k}" for k in (1, 5, 10)),
+    *(f"odmap_at_{k}" for k in (1, 5, 10)),
+    "bias_at_10",
+]
+"""The comparison's metrics (test split), in table order."""
+
+
+@dataclass(frozen=True)
+class ODmAPJobOptions:
+    """The experiment's options: data, model, budget and how large each stage runs."""
+
+    dataset: str = option("toyworld", " | ".join(DATASETS))
+    data: Path | None = option(
+        None, "Dataset folder (toyworld: default, a world generated into the job's folder)."
+    )
+    model: str = option("clip", "Model family: clip | vsepp | blip (see `xmr models`).")
+    arch: str | None = option(None, "Architecture (default: the family's).")
+    pretrained: str | None = option(
+        None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
+    )
+    epochs: int | None = option(None, "Epochs of each training run (default: the family's).", ge=1)
+    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
+    synth_ratio: float | None = option(
+        None, "D′ pairs per pair of D in D ∪ D′ (default: all of D′).", ge=0
+    )
+    fill: str | None = option(
+        None, f"How D′ fills removed regions: {' | '.join(FILL_METHODS)} (default telea)."
+    )
+    limit: int | None = option(None, "D′ from the first N train images only.", ge=1)
+    seed: int = option(0, "Seed of the world, D′ and both training runs.", ge=0)
+    workers: int = option(1, "Data-parallel workers of each training run.", ge=1)
+    gpus_per_worker: float = option(0.0, "GPUs per training worker (0: CPU).", ge=0)
+    cpus_per_worker: int = option(1, "CPU cores per training worker.", ge=1)
+    fill_actors: int | None = option(None, "D′ fill actors (default: from the cluster).", ge=1)
+    gpus_per_actor: float = option(1.0, "GPUs per actor of a GPU fill (sd).", gt=0, le=8)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        resolve_paths(self)
+        if self.data is None and self.dataset != "toyworld":
+            raise ValueError(f"--data is required for --dataset {self.dataset}")
+
+
+def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
+    """The job ``options`` define, in ``<storage>/<name>``; every step's options are checked
+    here, before anything runs.
+
+    Raises:
+        ValueError: options that a step refuses (the flag is named).
+    """
+    params = job_params(options)
+    name = job.name or default_job_name("odmap", options.dataset, params)
+    folder = job.storage / name
+    steps = odmap_steps(options, folder, {"xmr.job": name})
+    return Job("odmap", name, folder, params, steps, odmap_report)
+
+
+def odmap_steps(options: ODmAPJobOptions, folder: Path, tags: Mapping[str, str]) -> list[Step]:
+    """The experiment's steps with outputs under ``folder``; ``tags`` go on the training runs."""
+    steps: list[Step] = []
+    data = options.data
+    if data is None:
+        data = folder / "world"
+        steps.append(world_step(data, seed=options.seed))
+    dprime = folder / "dprime"
+    synth = {
+        "dataset": options.dataset, "data": data, "split": "train", "out": dprime,
+        "fill": options.fill, "limit": options.limit, "seed": options.seed,
+        "fill_actors": options.fill_actors, "gpus_per_actor": options.gpus_per_actor,
+    }  # fmt: skip
+    steps.append(synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth))
+    train = {
+        "arch": options.arch, "pretrained": options.pretrained, "epochs": options.epochs,
+        "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
+        "seed": options.seed, "workers": options.workers,
+        "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
+        "storage": folder / "runs",
+    }  # fmt: skip
+    for condition, step in CONDITIONS.items():
+        values = train
+        if condition != "D":
+            values = {**train, "synth": dprime, "synth_ratio": options.synth_ratio}
+        summary = f"train {options.model} on {condition}, then evaluate it on the test split"
+        steps.append(train_step(step, summary, options.model, values, tags))
+    compare = "xmr compare --experiment xmr/jobs/odmap"
+    steps.append(Step("compare", "both runs' test metrics side by side", compare, compare_step))
+    return steps
+
+
+def compare_step(context: StepContext) -> StepOutcome:
+    """Record the comparison: ``comparison.csv`` in the job's folder, the metrics
+    and the CSV in the job's MLflow run."""
+    import pandas as pd
+
+    metrics = {c: context.outcomes[step].metrics for c, step in CONDITIONS.items()}
+    base, mixed = metrics.values()
+    frame = pd.DataFrame(
+        [
+            {"metric": f"test/{row}", **{c: m.get(f"test/{row}") for c, m in metrics.items()}}
+            for row in ROWS
+            if f"test/{row}" in base and f"test/{row}" in mixed
+        ]
+    )
+    path = context.folder / "comparison.csv"
+    frame.to_csv(path, index=False)
+    logged: dict[str, float] = {}
+    for _, row in frame.iterrows():
+        key, d, dd = row["metric"], float(row["D"]), float(row["D ∪ D′"])
+        logged.update({f"d/{key}": d, f"d_dprime/{key}": dd, f"delta/{key}": dd - d})
+    run = context.job_run
+    run.log_metrics(logged)
+    run.log_artifact(path)
+    return StepOutcome(context.parent_run_id, logged, {"comparison": str(path)})
+
+
+def odmap_report(outcomes: Mapping[str, StepOutcome]) -> Table:
+    """The finished job's comparison table (test split)."""
+    return comparison_table({c: outcomes[step].metrics for c, step in CONDITIONS.items()}, "test")
+
+
+def comparison_table(metrics: Mapping[str, Mapping[str, float]], split: str) -> Table:
+    """Metrics as rows, conditions as columns, and the change of the second condition over the
+    first: green where it is better by the metric's direction
+    (:func:`~xmr.metrics.metric_direction`; Bias@K by its size), red where it is not."""
+    conditions = list(metrics)
+    table = Table(title=f"{split} split: {' vs '.join(conditions)}")
+    table.add_column("metric")
+    for condition in conditions:
+        table.add_column(condition, justify="right")
+    table.add_column("Δ", justify="right")
+    base, mixed = (metrics[c] for c in conditions[:2])
+    for name in ROWS:
+        key = f"{split}/{name}"
+        if key not in base or key not in mixed:
+            continue
+        delta = mixed[key] - base[key]
+        colour = "green" if metric_direction(key).better(mixed[key], than=base[key]) else "red"
+        table.add_row(
+            name.replace("_at_", "@"),
+            *(f"{metrics[c][key]:.3f}" for c in conditions),
+            f"[{colour}]{delta:+.3f}[/{colour}]",
+        )
+    return table
