@@ -146,3 +146,45 @@ def test_the_odmap_job_refuses_bad_options_before_any_step(
     assert refused.returncode == 2
     assert refused.stderr.startswith(error), refused.stderr
     assert not (tmp_path / "xmr-jobs").exists()
+
+
+@pytest.mark.slow
+def test_the_gender_job_sweeps_alpha_then_m_on_the_plain_model_and_draws_both_fronts(
+    local_ray, small_toyworld, nltk_tagger, tmp_path: Path
+) -> None:
+    from xmr.jobs.gender import GenderJobOptions, gender_job
+    from xmr.jobs.options import JobOptions
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    options = GenderJobOptions(
+        data=small_toyworld, epochs=1, alphas="0,1", clip_ms="0,8", max_concurrent=1
+    )
+    job = gender_job(options, JobOptions(storage=tmp_path / "jobs", name="g"))
+    result = run_job(job, tracking_uri=uri, console=Console(quiet=True))
+    assert [s.name for s in job.steps] == ["fair-alpha", "clip-m", "pareto"]
+    for step in ("fair-alpha", "clip-m"):
+        assert result.outcomes[step].metrics["trials"] == 2
+        assert result.outcomes[step].metrics["trials_failed"] == 0
+        assert Path(result.outcomes["pareto"].outputs[f"{step}_pareto"]).stat().st_size > 0
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/jobs/gender")
+    runs = {r.info.run_id: r for r in client.search_runs([experiment.experiment_id])}
+    sweeps = {r.data.tags["xmr.sweep_id"]: r for r in runs.values()
+              if r.data.tags.get("xmr.command") == "tune"}  # fmt: skip
+    assert set(sweeps) == {"g-fair-alpha", "g-clip-m"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in sweeps.values()} == {result.run_id}
+    trials = [r for r in runs.values() if r.data.tags.get("mlflow.parentRunId") in
+              {s.info.run_id for s in sweeps.values()}]  # fmt: skip
+    assert len(trials) == 4 and all(r.info.status == "FINISHED" for r in trials)
+    plain = next(r for r in trials if r.data.params.get("loss.fair_alpha") == "0.0")
+    clip_m = [r for r in trials if r.data.tags["mlflow.parentRunId"] ==
+              sweeps["g-clip-m"].info.run_id]  # fmt: skip
+    scored = {r.data.params["model.checkpoint"] for r in clip_m}
+    assert scored == {plain.data.tags["xmr.checkpoint"]}
+    assert {"fair-alpha_pareto.png", "clip-m_trials.csv"} <= {
+        a.path for a in client.list_artifacts(result.run_id)
+    }
+    console = Console(record=True, width=120)
+    console.print(job.report(result.outcomes))
+    assert "fair-alpha: recall–bias trade-off" in console.export_text()

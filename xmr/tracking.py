@@ -120,6 +120,10 @@ class TrackedRun:
         """The params logged so far."""
         return dict(_client(self.tracking_uri).get_run(self.run_id).data.params)
 
+    def tags(self) -> dict[str, str]:
+        """The run's tags (MLflow's own ``mlflow.*`` included)."""
+        return dict(_client(self.tracking_uri).get_run(self.run_id).data.tags)
+
     def log_metrics(
         self, metrics: Mapping[str, float], *, step: int = 0, timestamp_ms: int | None = None
     ) -> None:

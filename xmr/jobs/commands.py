@@ -1,4 +1,4 @@
-"""xmr's commands as job steps: a generated ToyWorld, a D′ build, a training run.
+"""xmr's commands as job steps: a generated ToyWorld, a D′ build, a training run, a sweep.
 
 Each function checks its options when the job is planned (a bad flag fails before any step
 runs, with the flag named) and returns a :class:`~xmr.jobs.steps.Step` whose run calls the
@@ -9,12 +9,15 @@ job's run.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xmr.jobs.options import command_line
 from xmr.jobs.steps import Step, StepContext, StepOutcome
+
+if TYPE_CHECKING:
+    from xmr.tune.space import SearchSpace
 
 
 def world_step(out: Path, *, seed: int, config: str | None = None) -> Step:
@@ -123,3 +126,70 @@ def train_step(
 
     command = command_line("xmr train", {"model": family, **values, "name": name})
     return Step(name, summary, command, run)
+
+
+def sweep_step(
+    name: str,
+    summary: str,
+    space: SearchSpace,
+    storage: Path,
+    *,
+    sweep: str,
+    max_concurrent: int | None = None,
+    prepare: Callable[[SearchSpace, StepContext], SearchSpace] | None = None,
+) -> Step:
+    """Sweep ``space`` on Ray Tune (``xmr tune``) as sweep ``sweep`` (its folder under
+    ``storage``, its ``xmr.sweep_id``); the sweep's parent run is the step's run.
+    ``prepare`` completes the space from earlier steps' outcomes when the step runs (e.g. the
+    checkpoint an eval sweep scores).
+
+    The step finishes when at least one trial did (the sweep's run and ``trials.csv`` list
+    the failed ones, and the outcome counts them as ``trials_failed``); it fails when none did.
+    """
+
+    def run(context: StepContext) -> StepOutcome:
+        from xmr.tune.sweep import run_sweep
+
+        ready = prepare(space, context) if prepare is not None else space
+        result = run_sweep(
+            ready,
+            name=sweep,
+            storage=storage,
+            address=context.address,
+            tracking_uri=context.tracking_uri,
+            max_concurrent=max_concurrent,
+            experiment=context.experiment,
+            parent_run_id=context.parent_run_id,
+        )
+        trials = result.path / "trials.csv"
+        result.trials.to_csv(trials, index=False)
+        failed = len(result.failed)
+        if failed == len(result.trials):
+            reasons = "; ".join(sorted(set(result.failed["error"].astype(str)))[:3])
+            raise RuntimeError(f"{name}: every one of the {failed} trials failed: {reasons}")
+        if failed:
+            print(f"warning: {name}: {failed} of {len(result.trials)} trials failed ({trials})")
+        metrics = {"trials": float(len(result.trials)), "trials_failed": float(failed)}
+        if result.best is not None:
+            metrics.update({f"best/{m.name}": float(result.best[m.name]) for m in space.metrics})
+        outputs = {"sweep": str(result.path), "trials": str(trials)}
+        return StepOutcome(result.parent_run_id, metrics, outputs)
+
+    from xmr.tune.space import load_space
+
+    swept = ", ".join(f"{key} in {list(domain.values)}" for key, domain in space.params.items())
+    command = command_line(
+        "xmr tune",
+        {
+            "space": space.name,
+            "name": sweep,
+            "storage": storage,
+            "cpus_per_trial": space.cpus,
+            "gpus_per_trial": space.gpus,
+            "max_concurrent": max_concurrent,
+        },
+    )
+    shipped = load_space(space.origin or space.name).fixed
+    changed = {key: value for key, value in space.fixed.items() if shipped.get(key) != value}
+    fixed = " ".join(f"--set {key}={value}" for key, value in changed.items())
+    return Step(name, f"{summary} ({swept})", f"{command} {fixed}".strip(), run)
