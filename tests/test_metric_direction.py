@@ -126,13 +126,17 @@ def test_the_scheduler_mode_defaults_to_the_metric_direction() -> None:
 
 
 def test_the_odmap_comparison_colours_a_bias_closer_to_zero_green() -> None:
-    from xmr.jobs.odmap import comparison_table
+    from xmr.jobs.odmap import odmap_report
+    from xmr.jobs.steps import StepOutcome
 
     base = {"test/recall_t2i_at_1": 0.30, "test/bias_at_10": 0.20}
     mixed = {"test/recall_t2i_at_1": 0.25, "test/bias_at_10": -0.10}  # Δ bias -0.30: better
-    table = comparison_table({"D": base, "D ∪ D′": mixed}, "test")
+    table = odmap_report({"train-d": StepOutcome(metrics=base),
+                          "train-d-dprime": StepOutcome(metrics=mixed)})  # fmt: skip
     deltas = dict(zip(table.columns[0]._cells, table.columns[-1]._cells, strict=True))
-    assert deltas == {"recall_t2i@1": "[red]-0.050[/red]", "bias@10": "[green]-0.300[/green]"}
+    assert deltas == {
+        "recall_t2i@1 ↑": "[red]-0.050[/red]", "bias@10 →0": "[green]-0.300[/green]"
+    }  # fmt: skip
 
 
 def test_the_eval_report_labels_each_row_with_its_direction(tmp_path: Path) -> None:

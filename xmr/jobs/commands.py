@@ -1,4 +1,5 @@
-"""xmr's commands as job steps: a generated ToyWorld, a D′ build, a training run, a sweep.
+"""xmr's commands as job steps: a generated ToyWorld, a D′ build, a training run, an
+evaluation, a sweep.
 
 Each function checks its options when the job is planned (a bad flag fails before any step
 runs, with the flag named) and returns a :class:`~xmr.jobs.steps.Step` whose run calls the
@@ -20,21 +21,28 @@ if TYPE_CHECKING:
     from xmr.tune.space import SearchSpace
 
 
-def world_step(out: Path, *, seed: int, config: str | None = None) -> Step:
+def world_step(
+    out: Path, *, seed: int, config: str | Path | None = None, mode: str | None = None
+) -> Step:
     """Generate a ToyWorld into ``out`` (``xmr data toyworld``), so that every node reads the
-    same world from the job's folder rather than each its own cache."""
+    same world from the job's folder rather than each its own cache. ``config``: a world YAML
+    or a packaged world's name (``binding``); ``mode``: ``scene`` or ``shop`` (default: the
+    config's, else scene)."""
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.data.toyworld import generate_world
 
         partial = out.with_name(f".{out.name}.partial")  # an interrupted run leaves no world
         shutil.rmtree(partial, ignore_errors=True)
-        generate_world(partial, config, seed=seed, progress=True)
+        generate_world(partial, config, mode=mode, seed=seed, progress=True)
         partial.replace(out)
         return StepOutcome(outputs={"world": str(out)})
 
-    command = command_line("xmr data toyworld", {"out": out, "config": config, "seed": seed})
-    return Step("world", f"generate a ToyWorld (seed {seed})", command, run)
+    command = command_line(
+        "xmr data toyworld", {"out": out, "config": config, "mode": mode, "seed": seed}
+    )
+    kind = f"{mode} " if mode else ""
+    return Step("world", f"generate a {kind}ToyWorld (seed {seed})", command, run)
 
 
 def synth_step(
@@ -42,15 +50,21 @@ def synth_step(
 ) -> Step:
     """Build D′ (``xmr synth``) with ``values``: the fields of
     :class:`~xmr.synth.config.SynthConfig` and :class:`~xmr.synth.config.SynthRuntime` by
-    name (``out`` included), and for ``--mode biaug`` the LLM's (:class:`~xmr.llm.LLMSpec`).
+    name (``out`` included), and for ``--mode biaug`` the LLM's (:class:`~xmr.llm.LLMSpec`
+    fields by name: ``backend``, ``model``, ``url``, ...).
 
     Raises:
-        ValueError: a value out of bounds or contradicting another (checked now).
+        ValueError: a value out of bounds or contradicting another, or an LLM that cannot run
+            (no ``--llm-model``; checked now, as ``xmr synth`` checks it before Ray starts).
     """
+    from xmr.llm import LLMSpec
+    from xmr.options import parameter_names
     from xmr.synth.config import load_configs, load_llm_spec
 
     config, runtime = load_configs(None, {**values, "run_name": name})
     spec = load_llm_spec(None, dict(llm or {})) if config.mode == "biaug" else None
+    if spec is not None:
+        spec.check_ready()
 
     def run(context: StepContext) -> StepOutcome:
         from dataclasses import replace
@@ -86,7 +100,9 @@ def synth_step(
         counts = {key: float(manifest[key]) for key in ("planned", "written", "errors")}
         return StepOutcome(run_id, counts, {"dprime": str(result.out)})
 
-    shown = {k: v for k, v in {**values, **(llm or {})}.items() if k != "progress"}
+    flags = parameter_names(LLMSpec)  # the LLM's fields go by their flags: model -> llm_model
+    shown = {k: v for k, v in values.items() if k != "progress"}
+    shown.update({flags[k]: v for k, v in (llm or {}).items()})
     return Step(name, summary, command_line("xmr synth", shown), run)
 
 
@@ -125,6 +141,69 @@ def train_step(
         return StepOutcome(result.mlflow_run_id, final, outputs)
 
     command = command_line("xmr train", {"model": family, **values, "name": name})
+    return Step(name, summary, command, run)
+
+
+def eval_step(
+    name: str,
+    summary: str,
+    values: Mapping[str, Any],
+    output: Path,
+    benchmark: Mapping[str, Any] | None = None,
+) -> Step:
+    """Evaluate (``xmr eval``) with ``values``, the fields of
+    :class:`~xmr.eval.options.EvalOptions` by name; with ``benchmark`` (the fields of
+    :class:`~xmr.eval.options.BenchmarkOptions`: ``benchmark``, ``subset``, ``images``) score
+    that benchmark, read from ``values["data"]``, instead of a split (``xmr eval
+    --benchmark``). The ``checkpoint`` may be one an earlier step writes: it is read when the
+    step runs (for the model's family and architecture, unless ``values`` name them).
+
+    The step's run is named ``name``; the metrics JSON (``xmr eval --output``) goes to
+    ``output``, and the outcome's metrics are the evaluation's (``{split}/recall_...`` or the
+    benchmark's ``aro/...``, ``sugarcrepe/...``, ``binding/...``).
+
+    Raises:
+        ValueError: a value out of bounds or an unknown benchmark or subset (checked now).
+    """
+    from xmr.eval.options import BenchmarkOptions, EvalOptions
+
+    options = EvalOptions(**values)
+    scored = BenchmarkOptions(**(benchmark or {}))
+
+    def run(context: StepContext) -> StepOutcome:
+        from xmr.eval import report
+
+        config = options.config()
+        if scored.benchmark is not None:
+            from xmr.eval.benchmark import run_benchmark
+
+            result = run_benchmark(
+                config,
+                scored.benchmark,
+                subset=scored.subset,
+                images=scored.images,
+                address=context.address,
+            )
+            report.print_benchmark(result)
+            log = report.log_benchmark_to_mlflow
+        else:
+            from xmr.eval.score import evaluate
+
+            result = evaluate(config, address=context.address)
+            report.print_report(result, config)
+            log = report.log_to_mlflow
+        report.write_json(result, config, output)
+        run_id = log(
+            result,
+            config,
+            tracking_uri=context.tracking_uri,
+            run_name=name,
+            experiment=context.experiment,
+            parent_run_id=context.parent_run_id,
+        )
+        return StepOutcome(run_id, dict(result.metrics), {"metrics": str(output)})
+
+    command = command_line("xmr eval", {**(benchmark or {}), **values, "output": output})
     return Step(name, summary, command, run)
 
 

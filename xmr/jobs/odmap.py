@@ -25,9 +25,9 @@ from rich.table import Table
 
 from xmr.data.registry import DATASETS
 from xmr.jobs.commands import synth_step, train_step, world_step
+from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, default_job_name, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.metrics import metric_direction
 from xmr.options import check_options, option, resolve_paths
 from xmr.removal.fill import FILL_METHODS
 
@@ -41,6 +41,10 @@ ROWS = [
     "bias_at_10",
 ]
 """The comparison's metrics (test split), in table order."""
+
+COMPARED = [f"test/{row}" for row in ROWS]
+PREFIXES = {"D": "d", "D ∪ D′": "d_dprime"}
+"""How each condition's metrics are named in the job's run (``d/test/odmap_at_1``)."""
 
 
 @dataclass(frozen=True)
@@ -126,56 +130,20 @@ def odmap_steps(options: ODmAPJobOptions, folder: Path, tags: Mapping[str, str])
 
 
 def compare_step(context: StepContext) -> StepOutcome:
-    """Record the comparison: ``comparison.csv`` in the job's folder, the metrics
-    and the CSV in the job's MLflow run."""
-    import pandas as pd
-
-    metrics = {c: context.outcomes[step].metrics for c, step in CONDITIONS.items()}
-    base, mixed = metrics.values()
-    frame = pd.DataFrame(
-        [
-            {"metric": f"test/{row}", **{c: m.get(f"test/{row}") for c, m in metrics.items()}}
-            for row in ROWS
-            if f"test/{row}" in base and f"test/{row}" in mixed
-        ]
-    )
-    path = context.folder / "comparison.csv"
-    frame.to_csv(path, index=False)
-    logged: dict[str, float] = {}
-    for _, row in frame.iterrows():
-        key, d, dd = row["metric"], float(row["D"]), float(row["D ∪ D′"])
-        logged.update({f"d/{key}": d, f"d_dprime/{key}": dd, f"delta/{key}": dd - d})
-    run = context.job_run
-    run.log_metrics(logged)
-    run.log_artifact(path)
-    return StepOutcome(context.parent_run_id, logged, {"comparison": str(path)})
+    """Record the comparison: ``comparison.csv`` in the job's folder, the metrics (``d/…``,
+    ``d_dprime/…``, ``delta/…``) and the CSV in the job's MLflow run."""
+    return record_comparison(context, _metrics(context.outcomes), COMPARED, PREFIXES)
 
 
 def odmap_report(outcomes: Mapping[str, StepOutcome]) -> Table:
     """The finished job's comparison table (test split)."""
-    return comparison_table({c: outcomes[step].metrics for c, step in CONDITIONS.items()}, "test")
+    return comparison_table("test split: D vs D ∪ D′", _metrics(outcomes), COMPARED, _label)
 
 
-def comparison_table(metrics: Mapping[str, Mapping[str, float]], split: str) -> Table:
-    """Metrics as rows, conditions as columns, and the change of the second condition over the
-    first: green where it is better by the metric's direction
-    (:func:`~xmr.metrics.metric_direction`; Bias@K by its size), red where it is not."""
-    conditions = list(metrics)
-    table = Table(title=f"{split} split: {' vs '.join(conditions)}")
-    table.add_column("metric")
-    for condition in conditions:
-        table.add_column(condition, justify="right")
-    table.add_column("Δ", justify="right")
-    base, mixed = (metrics[c] for c in conditions[:2])
-    for name in ROWS:
-        key = f"{split}/{name}"
-        if key not in base or key not in mixed:
-            continue
-        delta = mixed[key] - base[key]
-        colour = "green" if metric_direction(key).better(mixed[key], than=base[key]) else "red"
-        table.add_row(
-            name.replace("_at_", "@"),
-            *(f"{metrics[c][key]:.3f}" for c in conditions),
-            f"[{colour}]{delta:+.3f}[/{colour}]",
-        )
-    return table
+def _label(metric: str) -> str:
+    """``test/odmap_at_1`` -> ``odmap@1``."""
+    return metric.removeprefix("test/").replace("_at_", "@")
+
+
+def _metrics(outcomes: Mapping[str, StepOutcome]) -> dict[str, dict[str, float]]:
+    return condition_metrics(outcomes, {c: [step] for c, step in CONDITIONS.items()})

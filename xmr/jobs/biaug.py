@@ -1,0 +1,426 @@
+"""The BiAug paper's experiment as a job (§4–5): build BiAug-D′ → train on D and on
+D ∪ BiAug-D′ with its hard negatives, at equal step counts → compare attribute binding (the
+ToyWorld binding test; ARO and SugarCrepe when given) and retrieval.
+
+Steps, in the job's folder:
+
+1. ``world`` (ToyWorld without ``--data`` only): the packaged ``binding`` world (reporting bias
+   planted: in train, cars are red, umbrellas yellow, cups white with p = 0.9, and captions
+   seldom name a colour) or ``--world-config``'s, into ``world/``.
+2. ``synth``: BiAug-D′ of the train split into ``dprime/`` (``xmr synth --mode biaug``). On
+   ToyWorld with perfect components by default: the ``oracle`` LLM (the scene's ground truth),
+   the annotation boxes (``--boxes gt``) and the world's renderer (``--fill render``); on real
+   data the LLM the user names (``--llm``, ``--llm-model``, ...), GroundingDINO and SD
+   inpainting. Two captions per image are edited, so D′ holds more than the sample trained on.
+3. ``train-d``: the model on D for ``(1 + r)·E`` epochs (``runs/train-d``): as many steps as
+   the next run, the paper's fair baseline (CLIP-ft, §5).
+4. ``train-d-dprime``: the same model and seed on D and an ``r·|D|`` sample of BiAug-D′, each
+   positive in the batch of its hard negative, for ``E`` epochs (``runs/train-d-dprime``).
+5. ``aro-d``, ``aro-d-dprime`` (with ``--aro``), ``sugarcrepe-d``, ``sugarcrepe-d-dprime``
+   (with ``--sugarcrepe``): ``xmr eval --benchmark`` on each run's last checkpoint, the JSON
+   into ``eval/``.
+6. ``compare``: both conditions side by side with the change, into ``comparison.csv`` and the
+   job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``).
+
+Training ends with the test-split evaluation (Recall@K both ways) and, on a ToyWorld with a
+binding test, with that test too (``test/binding/swap_acc``, ``counter_acc``,
+``stereotype_acc``: what ``xmr eval --benchmark toyworld-binding`` scores): the comparison
+reads those from the training runs rather than scoring the same checkpoints a second time.
+
+``ray_jobs/biaug.py`` submits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from xmr.benchmarks import (
+    ARO_FILES,
+    ARO_METRICS,
+    BINDING_METRICS,
+    SUGARCREPE_CATEGORIES,
+    SUGARCREPE_MEAN_METRIC,
+    category_metric,
+)
+from xmr.data.registry import DATASETS
+from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
+from xmr.jobs.commands import eval_step, synth_step, train_step, world_step
+from xmr.jobs.comparison import (
+    comparison_table,
+    condition_metrics,
+    record_comparison,
+)
+from xmr.jobs.options import JobOptions, default_job_name, job_params
+from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
+from xmr.llm import LLMSpec
+from xmr.options import check_options, option, parameter_names, resolve_paths
+
+PACKAGED_WORLD = "binding"
+"""The ToyWorld the job generates without ``--data`` or ``--world-config``."""
+
+CONDITIONS = {"D": "d", "D ∪ BiAug-D′": "d-dprime"}
+"""The two training conditions and their steps' suffix (``train-d``, ``aro-d``, ...)."""
+
+PREFIXES = {"D": "d", "D ∪ BiAug-D′": "d_dprime"}
+"""Each condition's prefix in the job's MLflow run (``d/test/recall_t2i_at_1``)."""
+
+BENCHMARKS = ("aro", "sugarcrepe")
+"""The benchmarks ``--aro`` / ``--sugarcrepe`` add, in step order."""
+
+
+@dataclass(frozen=True)
+class BiAugJobOptions:
+    """The experiment's options: data, BiAug's components, model, budget, benchmarks, scale."""
+
+    dataset: str = option("toyworld", " | ".join(DATASETS))
+    data: Path | None = option(
+        None,
+        "Dataset folder (toyworld: default, the packaged binding world generated into the "
+        "job's folder; a ToyWorld given here needs a binding test).",
+    )
+    world_config: Path | None = option(
+        None, "ToyWorld without --data: the world's YAML (default: the packaged binding world)."
+    )
+    model: str = option("clip", "Model family: clip | vsepp | blip (see `xmr models`).")
+    arch: str | None = option(None, "Architecture (default: the family's).")
+    pretrained: str | None = option(
+        None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
+    )
+    epochs: int | None = option(
+        None,
+        "E: epochs of the D ∪ BiAug-D′ run; the D run trains (1 + r)·E, as many steps "
+        "(default: the family's).",
+        ge=1,
+    )
+    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
+    synth_ratio: float = option(
+        0.5, "r: BiAug-D′ pairs trained on per pair of D (a whole (1 + r)·E, see --epochs).", gt=0
+    )
+    captions_per_image: str = option("2", "Captions of each image BiAug edits: N or 'all'.")
+    limit: int | None = option(None, "BiAug-D′ from the first N train images only.", ge=1)
+    fill: str | None = option(
+        None, "How objects are repainted: sd | render (default: render on ToyWorld, else sd)."
+    )
+    boxes: str | None = option(
+        None,
+        "Where objects are: gt (annotations) | groundingdino (default: gt on ToyWorld, else "
+        "groundingdino).",
+    )
+    detector_model: str | None = option(
+        None, "GroundingDINO repo id or local folder (default: xmr synth's)."
+    )
+    sd_model: str | None = option(
+        None, "Stable Diffusion inpainting repo id or local folder (default: xmr synth's)."
+    )
+    llm: str | None = option(
+        None,
+        "LLM backend: openai | hf | vllm | oracle (default: oracle, ToyWorld's ground truth, on "
+        "ToyWorld; required on other datasets).",
+    )
+    llm_model: str | None = option(
+        None, "LLM: the endpoint's model name (openai), a Hub repo id or folder (hf, vllm)."
+    )
+    llm_url: str | None = option(
+        None, "Base URL of an OpenAI-compatible API (default: xmr synth's, OpenAI's)."
+    )
+    llm_key_env: str | None = option(
+        None, "Environment variable holding the API key (default: OPENAI_API_KEY)."
+    )
+    llm_in_flight: int | None = option(None, "LLM requests open at once per worker.", ge=1)
+    llm_timeout: float | None = option(None, "Seconds one LLM request may take.", gt=0)
+    llm_cache: Path | None = option(
+        None, "Folder of the LLM response cache (default: in the D′ folder)."
+    )
+    llm_device: str | None = option(None, "Device of --llm hf: auto, cpu, cuda, cuda:N.")
+    llm_batch_size: int | None = option(
+        None, "Requests per generate call (hf) or engine batch (vllm).", ge=1
+    )
+    llm_runtime_env: str | None = option(
+        None, "JSON Ray runtime environment of the vLLM stage (an image or pip list with vLLM)."
+    )
+    llm_engine_kwargs: str | None = option(None, "JSON vLLM engine arguments (--llm vllm).")
+    max_error_rate: float = option(
+        0.5,
+        "Fail the build above this share of failed rows (BiAug drops what its filters reject: "
+        "unconfirmed objects, nothing to recolour).",
+        ge=0,
+        le=1,
+    )
+    aro: Path | None = option(
+        None, "ARO folder (the authors' files, VG images in images/): score both models on it."
+    )
+    sugarcrepe: Path | None = option(
+        None, "SugarCrepe folder (the seven category JSONs): score both models on it."
+    )
+    sugarcrepe_images: Path | None = option(
+        None, "SugarCrepe's COCO val2017 images (default: <--sugarcrepe>/val2017)."
+    )
+    seed: int = option(0, "Seed of the world, BiAug-D′ and both training runs.", ge=0)
+    workers: int = option(1, "Data-parallel workers of each training run.", ge=1)
+    gpus_per_worker: float = option(0.0, "GPUs per training worker (0: CPU).", ge=0)
+    cpus_per_worker: int = option(1, "CPU cores per training worker.", ge=1)
+    detect_actors: int | None = option(None, "Detection actors (default: from the cluster).", ge=1)
+    fill_actors: int | None = option(None, "Inpainting actors (default: from the cluster).", ge=1)
+    llm_actors: int | None = option(
+        None, "Actors of each LLM stage (vllm: engine replicas; default: from the cluster).", ge=1
+    )
+    gpus_per_actor: float = option(1.0, "GPUs per actor of a GPU stage (sd).", gt=0, le=8)
+    eval_actors: int | None = option(
+        None, "Encoder actors of each benchmark evaluation (default: one per GPU or core).", ge=1
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        resolve_paths(self)
+        toyworld = self.dataset == "toyworld"
+        if self.data is None and not toyworld:
+            raise ValueError(f"--data is required for --dataset {self.dataset}")
+        if self.world_config is not None and self.data is not None:
+            raise ValueError("--world-config makes the world; it cannot go with --data")
+        if self.llm is None and not toyworld:
+            raise ValueError(
+                f"--llm is required for --dataset {self.dataset}: openai | hf | vllm, with "
+                "--llm-model"
+            )
+        if self.llm == "oracle" and not toyworld:
+            raise ValueError(
+                f"--llm oracle answers from ToyWorld's ground truth: it needs --dataset "
+                f"toyworld, not {self.dataset}"
+            )
+        if self.sugarcrepe_images is not None and self.sugarcrepe is None:
+            raise ValueError("--sugarcrepe-images needs --sugarcrepe (the category files)")
+        _check_benchmark_folders(self.aro, self.sugarcrepe)
+        if toyworld:
+            _check_binding_world(self.data, self.world_config)
+
+    def llm_values(self) -> dict[str, Any]:
+        """The LLM's :class:`~xmr.llm.LLMSpec` fields set here (the backend defaulting to the
+        oracle on ToyWorld)."""
+        own = {item.name for item in fields(self)}  # the llm_* options, named as LLMSpec's flags
+        values = {
+            field: getattr(self, name)
+            for field, name in parameter_names(LLMSpec).items()
+            if name in own
+        }
+        if values["backend"] is None and self.dataset == "toyworld":
+            values["backend"] = "oracle"
+        return {field: value for field, value in values.items() if value is not None}
+
+
+def _check_benchmark_folders(aro: Path | None, sugarcrepe: Path | None) -> None:
+    """Refuse a benchmark folder without one of its files now, not after the training runs
+    (each file's items are read, and checked, by its evaluation step).
+
+    Raises:
+        FileNotFoundError: naming the flag, the folder and the files looked for.
+    """
+    expected = {
+        "aro": (aro, ARO_FILES.values()),
+        "sugarcrepe": (sugarcrepe, [f"{c}.json" for c in SUGARCREPE_CATEGORIES]),
+    }
+    for name, (folder, files) in expected.items():
+        if folder is not None and not any((folder / file).is_file() for file in files):
+            raise FileNotFoundError(
+                f"--{name} {folder}: no {'ARO' if name == 'aro' else 'SugarCrepe'} file "
+                f"({', '.join(files)})"
+            )
+
+
+def _check_binding_world(data: Path | None, world_config: Path | None) -> None:
+    """The ToyWorld result is the binding test: refuse a world without one.
+
+    Raises:
+        ValueError / FileNotFoundError: naming the folder or the YAML and what it lacks.
+    """
+    if data is not None:
+        if not (data / BINDING_ITEMS).is_file():
+            raise ValueError(
+                f"--data {data} has no binding test ({BINDING_ITEMS}): generate the world with "
+                "`xmr data toyworld --config binding`, or leave out --data"
+            )
+        return
+    if world_config is None:
+        return
+    from xmr.data.toyworld import load_config
+
+    try:
+        binding = load_config(world_config).binding  # a scene world's, checked key by key
+    except (FileNotFoundError, ValueError) as exc:
+        raise type(exc)(f"--world-config: {exc}") from None
+    if binding.swap_items + binding.counter_items == 0:
+        raise ValueError(
+            f"--world-config {world_config}: binding.swap_items and binding.counter_items are "
+            "0: the world needs a binding test (see the packaged binding world, binding.yaml)"
+        )
+
+
+def biaug_job(options: BiAugJobOptions, job: JobOptions) -> Job:
+    """The job ``options`` define, in ``<storage>/<name>``; every step's options are checked
+    here, before anything runs.
+
+    Raises:
+        ValueError: options that a step refuses (the flag is named), or an ``(1 + r)·E`` that
+            is not a whole number of epochs.
+    """
+    params = job_params(options)
+    name = job.name or default_job_name("biaug", options.dataset, params)
+    folder = job.storage / name
+    steps, rows = biaug_steps(options, folder, {"xmr.job": name})
+    return Job("biaug", name, folder, params, steps, partial(biaug_report, rows=rows))
+
+
+def step_matched_epochs(epochs: int, synth_ratio: float) -> int:
+    """The D run's epochs, ``(1 + r)·E``: as many steps as ``E`` epochs on ``(1 + r)·|D|``.
+
+    >>> step_matched_epochs(2, 0.5)
+    3
+
+    Raises:
+        ValueError: ``(1 + r)·E`` is not whole (the flags are named).
+    """
+    matched = (1 + synth_ratio) * epochs
+    if abs(matched - round(matched)) > 1e-9:
+        raise ValueError(
+            f"the D run trains (1 + --synth-ratio)·--epochs = (1 + {synth_ratio:g})·{epochs} = "
+            f"{matched:g} epochs to match the steps of D ∪ BiAug-D′: pick values that make it "
+            "whole (e.g. --epochs 2 --synth-ratio 0.5)"
+        )
+    return round(matched)
+
+
+def biaug_steps(
+    options: BiAugJobOptions, folder: Path, tags: Mapping[str, str]
+) -> tuple[list[Step], list[str]]:
+    """The experiment's steps with outputs under ``folder`` (``tags`` go on the training runs),
+    and the metrics the comparison shows, in order."""
+    from xmr.train.config import resolve_config
+
+    steps: list[Step] = []
+    data = options.data
+    toyworld = options.dataset == "toyworld"
+    if data is None:
+        data = folder / "world"
+        steps.append(world_step(data, seed=options.seed, config=_world_config(options)))
+    dprime = folder / "dprime"
+    synth = {
+        "mode": "biaug", "dataset": options.dataset, "data": data, "split": "train",
+        "out": dprime, "limit": options.limit, "seed": options.seed,
+        "captions_per_image": options.captions_per_image,
+        "fill": options.fill or ("render" if toyworld else None),
+        "boxes": options.boxes or ("gt" if toyworld else None),
+        "detector_model": options.detector_model, "sd_model": options.sd_model,
+        "max_error_rate": options.max_error_rate, "detect_actors": options.detect_actors,
+        "fill_actors": options.fill_actors, "llm_actors": options.llm_actors,
+        "gpus_per_actor": options.gpus_per_actor,
+    }  # fmt: skip
+    summary = "build BiAug-D′: objects, attribute edits, hard negatives (§3)"
+    steps.append(synth_step("synth", summary, synth, options.llm_values()))
+
+    model = {"arch": options.arch, "pretrained": options.pretrained}
+    resolved = resolve_config(
+        options.model, **model, epochs=options.epochs, dataset=options.dataset
+    )
+    epochs, ratio = resolved.epochs, options.synth_ratio
+    train = {
+        **model, "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
+        "seed": options.seed, "workers": options.workers,
+        "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
+        "storage": folder / "runs",
+    }  # fmt: skip
+    matched = step_matched_epochs(epochs, ratio)
+    runs = {
+        "D": (
+            {**train, "epochs": matched},
+            f"train {options.model} on D, (1 + r)·E = {matched} epochs (the next run's "
+            "steps), then test it",
+        ),
+        "D ∪ BiAug-D′": (
+            {**train, "epochs": epochs, "synth": dprime, "synth_ratio": ratio},
+            f"train {options.model} on D ∪ BiAug-D′ (r = {ratio:g}, hard negatives), "
+            f"E = {epochs} epochs, then test it",
+        ),
+    }
+    for condition, (values, summary) in runs.items():
+        steps.append(
+            train_step(f"train-{CONDITIONS[condition]}", summary, options.model, values, tags)
+        )
+    for benchmark in BENCHMARKS:
+        root = getattr(options, benchmark)
+        if root is None:
+            continue
+        scored = {"benchmark": benchmark}
+        if benchmark == "sugarcrepe":
+            scored["images"] = options.sugarcrepe_images
+        for condition, suffix in CONDITIONS.items():
+            step = f"{benchmark}-{suffix}"
+            values = {
+                "data": root,
+                "checkpoint": folder / "runs" / f"train-{suffix}" / "last.pt",
+                "actors": options.eval_actors,
+                "seed": options.seed,
+            }
+            summary = f"score the {condition} model on {benchmark}"
+            steps.append(eval_step(step, summary, values, folder / "eval" / f"{step}.json", scored))
+    rows = comparison_rows(resolved.test_split)
+    compare = "xmr compare --experiment xmr/jobs/biaug"
+    steps.append(
+        Step(
+            "compare",
+            "both runs side by side: binding, ARO, SugarCrepe, recall",
+            compare,
+            partial(compare_step, rows=rows),
+        )
+    )
+    return steps, rows
+
+
+def _world_config(options: BiAugJobOptions) -> str | Path:
+    return options.world_config if options.world_config is not None else PACKAGED_WORLD
+
+
+def comparison_rows(split: str) -> list[str]:
+    """The comparison's metrics in table order: the binding test and Recall@K of ``split``
+    (the training runs' final evaluation), then ARO and SugarCrepe.
+
+    >>> comparison_rows("test")[:2]
+    ['test/binding/swap_acc', 'test/binding/counter_acc']
+    """
+    return [
+        *(f"{split}/{name}" for name in BINDING_METRICS),
+        *(f"{split}/recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)),
+        *ARO_METRICS.values(),
+        *(category_metric(c) for c in SUGARCREPE_CATEGORIES),
+        SUGARCREPE_MEAN_METRIC,
+    ]
+
+
+def _condition_steps() -> dict[str, list[str]]:
+    """Per condition, the steps holding its metrics: its training run and its evaluations."""
+    return {
+        condition: [f"train-{suffix}", *(f"{b}-{suffix}" for b in BENCHMARKS)]
+        for condition, suffix in CONDITIONS.items()
+    }
+
+
+def compare_step(context: StepContext, rows: list[str]) -> StepOutcome:
+    """Record the comparison (:func:`~xmr.jobs.comparison.record_comparison`)."""
+    metrics = condition_metrics(context.outcomes, _condition_steps())
+    return record_comparison(context, metrics, rows, PREFIXES)
+
+
+def biaug_report(outcomes: Mapping[str, StepOutcome], rows: list[str]) -> Table:
+    """The finished job's comparison table."""
+    metrics = condition_metrics(outcomes, _condition_steps())
+    split = rows[0].split("/")[0]
+    return comparison_table(
+        f"{split} split and benchmarks: {' vs '.join(metrics)}",
+        metrics,
+        rows,
+        label=lambda row: row.removeprefix(f"{split}/").replace("_at_", "@"),
+    )
