@@ -13,13 +13,13 @@ import ipaddress
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ray_cluster import free_port
 
 from xmr.data.toyworld import generate
 from xmr.progress import PARTS, ProgressLines, console_progress
@@ -84,12 +84,6 @@ ray.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _is_loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip)
     mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
@@ -104,7 +98,7 @@ def local_ray_run() -> subprocess.CompletedProcess:
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     # The dashboard's and the autoscaler's metrics servers have fixed ports (44227, 44217) that
     # another Ray on this machine may hold.
-    env.update(DASHBOARD_METRIC_PORT=str(_free_port()), AUTOSCALER_METRIC_PORT=str(_free_port()))
+    env.update(DASHBOARD_METRIC_PORT=str(free_port()), AUTOSCALER_METRIC_PORT=str(free_port()))
     done = subprocess.run(
         [sys.executable, "-c", _START_RUN_AND_LIST],
         env=env,

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import NLTK_DATA, REPO
+from ray_cluster import free_port, stop_processes_naming
 
 from xmr.data.synthetic import read_manifest, read_synthetic
 from xmr.synth.build import synthesize
@@ -38,14 +37,6 @@ def _synth_args(world: Path, out: Path) -> list[str]:
         "--data", str(world), "--out", str(out), "--rows-per-shard", "4", "--batch-size", "4",
         "--caption", "prompt", "--fill", "ns", "--no-progress", "--no-mlflow", "--num-cpus", "2",
     ]  # fmt: skip
-
-
-def _kill_tree(process: psutil.Process) -> None:
-    family = [process, *process.children(recursive=True)]
-    for p in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    psutil.wait_procs(family, timeout=30)
 
 
 # The driver SIGKILLs its local Ray and then itself right after committing its third shard: the
@@ -106,37 +97,15 @@ def test_killed_build_resumes_to_the_uninterrupted_output(
     assert not list(out.rglob("*.tmp"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop_cluster(temp_dir: str) -> None:
-    """Kill the processes of the cluster under ``temp_dir`` only (never `ray stop`)."""
-    roots = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in part for part in p.info["cmdline"] or []):
-                roots.append(p)
-        except psutil.NoSuchProcess:
-            continue
-    for p in roots:
-        try:
-            _kill_tree(p)
-        except psutil.NoSuchProcess:
-            continue
-
-
 def test_ray_job_submit_builds_dprime_on_a_running_cluster(small_toyworld, tmp_path) -> None:
     temp_dir = tempfile.mkdtemp(prefix="xr", dir="/tmp")  # short: Ray's socket paths are limited
-    dashboard = _free_port()
+    dashboard = free_port()
     env = _env()
     start = [
         "ray", "start", "--head", "--num-cpus", "2", "--temp-dir", temp_dir,
-        "--port", str(_free_port()), "--dashboard-host", "127.0.0.1",
-        "--dashboard-port", str(dashboard), "--ray-client-server-port", str(_free_port()),
-        "--dashboard-agent-listen-port", str(_free_port()),
+        "--port", str(free_port()), "--dashboard-host", "127.0.0.1",
+        "--dashboard-port", str(dashboard), "--ray-client-server-port", str(free_port()),
+        "--dashboard-agent-listen-port", str(free_port()),
         "--min-worker-port", "21000", "--max-worker-port", "21999", "--disable-usage-stats",
     ]  # fmt: skip
     try:
@@ -161,7 +130,7 @@ def test_ray_job_submit_builds_dprime_on_a_running_cluster(small_toyworld, tmp_p
         assert (out / "samples.png").stat().st_size > 0
         assert db.is_file()
     finally:
-        _stop_cluster(temp_dir)
+        stop_processes_naming(temp_dir)
 
 
 def test_a_worker_killed_mid_build_costs_nothing(small_toyworld, local_ray, tmp_path) -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 from PIL import Image
+from ray_cluster import running_mlflow_server
 from typer.testing import CliRunner
 
 from xmr.cli import app
@@ -154,44 +154,12 @@ def test_pareto_front_keeps_the_non_dominated_trials() -> None:
 # --- sweeps ----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     """A real ``mlflow server`` on 127.0.0.1 (sqlite store, proxied artifacts); stopped at the
     end."""
-    import requests
-
-    root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-         "--artifacts-destination", str(root / "artifacts")],
-        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=(root / "server.log").open("w"),
-    )  # fmt: skip
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(f"{uri}/health", timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((root / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
+    with running_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as uri:
         yield uri
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
