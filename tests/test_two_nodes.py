@@ -1,0 +1,358 @@
+"""Proven on two nodes, for real (issue 13).
+
+A head and a second node on this machine (``ray start --head`` / ``ray start --address``, each
+with its own temp dir and worker ports, one CPU each, token authentication on) and one
+``mlflow server`` on 127.0.0.1. Through ``ray job submit --working-dir <repo>``, with the
+server's URI in the jobs' runtime env (``MLFLOW_TRACKING_URI``, no ``--tracking-uri`` flag): a
+2-worker ``xmr train``, a tiny ``xmr tune``, ``ray_jobs/odmap.py`` (submitted twice: the second
+finds every step done) and a ``python -m xmr.synth`` whose second node is killed mid-build.
+Ray's state API says where the work ran; the server holds every run; no job opened a sqlite
+store of its own. The module stops only the processes it started (never ``ray stop``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import mlflow
+import psutil
+import pytest
+import yaml
+from conftest import NLTK_DATA, REPO
+from ray_cluster import RayCluster, free_port, running_mlflow_server
+
+from xmr.data.synthetic import read_manifest, read_synthetic_errors, synthetic_table
+from xmr.synth.output import read_plan
+
+pytestmark = pytest.mark.slow
+
+# Worker port ranges outside Ray's default (10002-19999, where other local Rays take theirs)
+# and test_synth_jobs' (21000-21999); a worker node started again reuses the dead one's.
+HEAD_WORKER_PORTS = (24000, 24499)
+NODE_WORKER_PORTS = (24500, 24999)
+# What xmr would create in a job's working directory with no tracking URI, and must not.
+LOCAL_STORES = {"mlflow.db", "mlruns", "mlartifacts"}
+
+T = TypeVar("T")
+
+
+@dataclass
+class TwoNodes:
+    """The cluster, the MLflow server's URI, and the folders the jobs read and write (one
+    machine: every node sees them, as every node of a real cluster sees a shared filesystem)."""
+
+    cluster: RayCluster
+    out: Path  # the jobs' outputs
+    world: Path  # a tiny ToyWorld
+    tracking_uri: str = ""  # the MLflow server's
+    head_id: str = ""
+    worker_id: str = ""
+    worker_killed: bool = False
+
+    @property
+    def worker_dir(self) -> str:
+        return self.cluster.node_dirs[-1]
+
+    def start(self) -> None:
+        """Start the head, then the second node."""
+        self.cluster.start_head(num_cpus=1, worker_ports=HEAD_WORKER_PORTS)
+        self.add_worker()
+
+    def add_worker(self) -> None:
+        """Start the second node and learn both nodes' ids from the state API."""
+        self.cluster.add_node(num_cpus=1, worker_ports=NODE_WORKER_PORTS)
+        self.worker_killed = False
+        nodes = [n for n in self.cluster.state("nodes") if n["state"] == "ALIVE"]
+        self.head_id = next(n["node_id"] for n in nodes if n["is_head_node"])
+        (self.worker_id,) = [
+            n["node_id"] for n in nodes if n["node_id"] not in (self.head_id, self.worker_id)
+        ]
+
+    def job_command(self, submission_id: str, *entrypoint: str) -> list[str]:
+        """``ray job submit`` of ``entrypoint`` (this interpreter) from the repository, with
+        the MLflow server in the job's runtime env."""
+        return self.cluster.submit_command(
+            [sys.executable, *entrypoint],
+            working_dir=REPO,
+            env_vars={"MLFLOW_TRACKING_URI": self.tracking_uri, "NLTK_DATA": str(NLTK_DATA)},
+            submission_id=submission_id,
+        )
+
+    def submit(self, submission_id: str, *entrypoint: str) -> str:
+        """Run ``entrypoint`` as a Ray job, wait for it, and return its log; a failed job fails
+        the test with the end of its log."""
+        done = subprocess.run(
+            self.job_command(submission_id, *entrypoint),
+            env=self.cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        log = done.stdout + done.stderr
+        (self.out / f"{submission_id}.log").write_text(log)
+        assert done.returncode == 0, log[-4000:]
+        assert f"Job '{submission_id}' succeeded" in log
+        return log
+
+    def job_rows(self, submission_id: str, resource: str) -> list[dict]:
+        """The job's tasks or actors from Ray's state API (``ray list``)."""
+        (job,) = [
+            j["job_id"] for j in self.cluster.state("jobs") if j["submission_id"] == submission_id
+        ]
+        return self.cluster.state(resource, f"job_id={job}")
+
+    def check_no_local_store(self) -> None:
+        """No job (driver, Train worker, Tune trial) opened a tracking store of its own: none
+        in the jobs' unpacked working directories, the nodes' temp dirs or the outputs."""
+        head = Path(self.cluster.head_dir)
+        assert list(head.glob("session_*/runtime_resources/working_dir_files/*")), (
+            "the jobs did not run from an unpacked working_dir"
+        )
+        folders = [head, *map(Path, self.cluster.node_dirs), self.out]
+        stores = [p for f in folders for p in f.rglob("*") if p.name in LOCAL_STORES]
+        assert not stores, stores
+
+
+def _eventually(read: Callable[[], T], done: Callable[[T], bool], tries: int = 6) -> T:
+    """``read()`` until ``done`` holds of it (tasks reach the state API within seconds)."""
+    for _ in range(tries - 1):
+        value = read()
+        if done(value):
+            return value
+        time.sleep(2)
+    return read()
+
+
+def _nodes(rows: list[dict]) -> set[str]:
+    return {row["node_id"] for row in rows if row["node_id"]}
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
+    from xmr.data.toyworld import generate
+
+    root = tmp_path_factory.mktemp("two-nodes")
+    (root / "world.yaml").write_text("splits: {train: 40, val: 8, test: 8}\n")
+    world = generate(root / "world", root / "world.yaml", seed=3)
+    (root / "server").mkdir()
+    (root / "out").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env.update(
+        # Token authentication on, with a token of the module's own (not ~/.ray's).
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN=secrets.token_hex(32),
+        # The dashboard's and the autoscaler's metrics servers have fixed ports (44227,
+        # 44217) that another Ray on this machine may hold.
+        DASHBOARD_METRIC_PORT=str(free_port()),
+        AUTOSCALER_METRIC_PORT=str(free_port()),
+        # The head checks each node every second instead of every 3 s (5 misses: dead), so
+        # the job notices the killed node in seconds; a raylet still has 10 s to answer.
+        RAY_health_check_period_ms="1000",
+        NLTK_DATA=str(NLTK_DATA),
+        PYTHONUNBUFFERED="1",
+    )
+    cluster = RayCluster(env)
+    nodes = TwoNodes(cluster, root / "out", world)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        starting = pool.submit(nodes.start)  # the cluster starts while the server does
+        try:
+            with running_mlflow_server(root / "server") as uri:
+                starting.result()
+                nodes.tracking_uri = uri
+                yield nodes
+        finally:
+            futures.wait([starting])
+            cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def _second_node_up(two_nodes: TwoNodes) -> None:
+    """Start the second node again when a test before this one killed it."""
+    if two_nodes.worker_killed:
+        two_nodes.add_worker()
+
+
+def _runs(uri: str, experiment: str) -> list:
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no experiment {experiment} on {uri}"
+    return client.search_runs([found.experiment_id])
+
+
+def test_the_cluster_refuses_a_request_without_its_token(two_nodes: TwoNodes) -> None:
+    """Token authentication is on: the job API (Ray's Jobs REST API) answers only with it."""
+    import requests
+
+    jobs = f"{two_nodes.cluster.dashboard}/api/jobs/"
+    assert requests.get(jobs, timeout=30).status_code == 401
+    token = {"Authorization": f"Bearer {two_nodes.cluster.env['RAY_AUTH_TOKEN']}"}
+    assert requests.get(jobs, headers=token, timeout=30).status_code == 200
+
+
+def test_two_training_workers_run_one_on_each_node(two_nodes: TwoNodes) -> None:
+    storage = two_nodes.out / "runs"
+    two_nodes.submit(
+        "train", "-m", "xmr.cli", "train", "--data", str(two_nodes.world), "--workers", "2",
+        "--cpus-per-worker", "1", "--epochs", "1", "--storage", str(storage),
+        "--name", "two-workers",
+    )  # fmt: skip
+
+    actors = two_nodes.job_rows("train", "actors")
+    workers = [a for a in actors if a["class_name"] == "RayTrainWorker"]
+    assert len(workers) == 2, workers
+    assert _nodes(workers) == {two_nodes.head_id, two_nodes.worker_id}
+
+    (run,) = _runs(two_nodes.tracking_uri, "xmr/train/toyworld")
+    assert run.info.run_name == "two-workers" and run.info.status == "FINISHED"
+    assert run.data.params["train.workers"] == "2"
+    assert "test/recall_t2i_at_10" in run.data.metrics
+    assert (storage / "two-workers" / "last.pt").is_file()
+    two_nodes.check_no_local_store()
+
+
+def test_a_sweep_runs_its_trials_on_both_nodes(two_nodes: TwoNodes) -> None:
+    space = two_nodes.out / "two_nodes_clip.yaml"
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "description": "CLIP-clip m on a tiny world, one trial per node",
+                "command": "eval",
+                "fixed": {"data": str(two_nodes.world), "pretrained": "none"},
+                "params": {"clip_m": {"grid": [0, 16]}},
+                "metrics": [
+                    {"name": "test/bias_at_10", "mode": "min", "abs": True},
+                    {"name": "test/recall_t2i_at_10", "mode": "max"},
+                ],
+                "resources": {"cpus": 1},
+            }
+        )
+    )
+    two_nodes.submit(
+        "tune", "-m", "xmr.cli", "tune", "--space", str(space), "--name", "two-nodes",
+        "--storage", str(two_nodes.out / "sweeps"),
+    )  # fmt: skip
+
+    # Two trials of one CPU each on two one-CPU nodes, at once: one on each node.
+    both = {two_nodes.head_id, two_nodes.worker_id}
+    tasks = _eventually(
+        lambda: two_nodes.job_rows("tune", "tasks"),
+        lambda rows: _nodes([t for t in rows if t["name"] == "eval_trial.train"]) == both,
+    )
+    assert _nodes([t for t in tasks if t["name"] == "eval_trial.train"]) == both
+
+    runs = _runs(two_nodes.tracking_uri, "xmr/tune/two_nodes_clip")
+    (parent,) = [r for r in runs if r.data.tags.get("xmr.command") == "tune"]
+    assert parent.info.run_name == "two-nodes" and parent.info.status == "FINISHED"
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in trials) == ["clip_m=0", "clip_m=16"]
+    assert {r.info.status for r in trials} == {"FINISHED"} and len(runs) == 3
+    two_nodes.check_no_local_store()
+
+
+def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: TwoNodes) -> None:
+    command = [
+        "ray_jobs/odmap.py", "--data", str(two_nodes.world), "--epochs", "1", "--limit", "20",
+        "--storage", str(two_nodes.out / "jobs"), "--name", "two-nodes",
+    ]  # fmt: skip
+    two_nodes.submit("odmap", *command)
+
+    runs = _runs(two_nodes.tracking_uri, "xmr/jobs/odmap")
+    (job,) = [r for r in runs if r.data.tags.get("xmr.command") == "job"]
+    assert job.info.run_name == "two-nodes" and job.info.status == "FINISHED"
+    steps = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
+    assert sorted(r.info.run_name for r in steps) == ["synth", "train-d", "train-d-dprime"]
+    assert {r.info.status for r in steps} == {"FINISHED"}
+    assert "delta/test/odmap_at_1" in job.data.metrics  # the comparison step's
+    assert (two_nodes.out / "jobs" / "two-nodes" / "comparison.csv").is_file()
+
+    again = two_nodes.submit("odmap-again", *command)
+    for number, step in enumerate(["synth", "train-d", "train-d-dprime", "compare"], start=1):
+        assert f"{number}/4  {step}: finished before, skipped" in again
+    assert "job two-nodes: 4 steps, 4 finished before" in again
+    rerun = _runs(two_nodes.tracking_uri, "xmr/jobs/odmap")
+    assert {r.info.run_id for r in rerun} == {r.info.run_id for r in runs}  # no new run
+    assert mlflow.MlflowClient(two_nodes.tracking_uri).get_run(job.info.run_id).info.status == (
+        "FINISHED"
+    )
+    two_nodes.check_no_local_store()
+
+
+def _running_map_task(cluster: RayCluster, temp_dir: str) -> bool:
+    """Whether a worker of the node under ``temp_dir`` runs a Ray Data map task now (its
+    process title: ``ray::MapBatches(...)``)."""
+    for process in cluster.node_processes(temp_dir):
+        try:
+            if " ".join(process.cmdline()).startswith("ray::MapBatches"):
+                return True
+        except psutil.Error:  # it ended while we looked
+            continue
+    return False
+
+
+def test_killing_the_second_node_mid_synth_loses_no_row(two_nodes: TwoNodes, small_toyworld):
+    """The node dies (every process SIGKILLed) while it runs a fill/caption task and shards
+    are being committed; Ray reruns its lost tasks on the head, and the same job finishes the
+    build: every planned row in exactly one shard or in the errors."""
+    out = two_nodes.out / "dprime"
+    command = two_nodes.job_command(
+        "synth", "-m", "xmr.synth", "--data", str(small_toyworld), "--out", str(out),
+        "--caption", "prompt", "--fill", "ns", "--rows-per-shard", "4", "--batch-size", "4",
+    )  # fmt: skip
+    log = two_nodes.out / "synth.log"
+    worker_dir, worker_id = two_nodes.worker_dir, two_nodes.worker_id
+    job = subprocess.Popen(
+        command, env=two_nodes.cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    shards_at_kill = None
+    try:
+        while job.poll() is None and shards_at_kill is None:
+            shards = list(out.glob("data/part-*.parquet"))
+            if shards and _running_map_task(two_nodes.cluster, worker_dir):
+                two_nodes.cluster.kill_node(worker_dir)
+                two_nodes.worker_killed = True
+                shards_at_kill = len(shards)
+                manifest_at_kill = (out / "manifest.json").exists()
+            time.sleep(0.02)
+        assert job.wait(timeout=600) == 0, log.read_text()[-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert shards_at_kill is not None, "the build ended before the second node ran a task"
+    assert not manifest_at_kill
+
+    manifest = read_manifest(out)
+    assert manifest["planned"] == manifest["written"] + manifest["errors"]
+    assert shards_at_kill < manifest["counts"]["shards"]
+    assert manifest["counts"]["shards_resumed"] == 0  # one submission built it all
+    keys = synthetic_table(out)["key"].to_pylist()
+    failed = read_synthetic_errors(out)["key"].to_pylist()
+    planned, plan_errors, _ = read_plan(out)
+    assert len(keys) == len(set(keys)) == manifest["written"]
+    every_unit = [r.key for r in planned] + plan_errors["key"].to_pylist()
+    assert sorted(keys + failed) == sorted(every_unit)
+
+    # Both nodes ran the build's tasks before the kill; the state API reports the node dead.
+    nodes = {n["node_id"]: n["state"] for n in two_nodes.cluster.state("nodes")}
+    assert nodes[worker_id] == "DEAD" and nodes[two_nodes.head_id] == "ALIVE"
+    tasks = two_nodes.job_rows("synth", "tasks")
+    assert _nodes(tasks) == {two_nodes.head_id, worker_id}
+
+    (run,) = _runs(two_nodes.tracking_uri, "xmr/synth/toyworld")
+    assert run.info.status == "FINISHED"
+    for count in ("planned", "written", "errors"):
+        assert run.data.metrics[count] == manifest[count]
+    artifacts = {
+        a.path for a in mlflow.MlflowClient(two_nodes.tracking_uri).list_artifacts(run.info.run_id)
+    }
+    assert "manifest.json" in artifacts  # through the server's artifact proxy
+    two_nodes.check_no_local_store()
