@@ -97,36 +97,16 @@ def eval_command(
     --clip-m applies CLIP-clip (gender paper §3.2) before ranking; the dropped dims are an
     MLflow artifact (clip_dims.json).
     """
-    from xmr.eval import report
-    from xmr.tracking import experiment_name
+    from xmr.eval.evaluation import run_evaluation
 
     with user_errors():
-        config = options.config()
-        if benchmark.benchmark is not None:
-            from xmr.eval.benchmark import run_benchmark
-
-            result = run_benchmark(
-                config,
-                benchmark.benchmark,
-                subset=benchmark.subset,
-                images=benchmark.images,
-                address=cluster.address,
-            )
-        else:
-            from xmr.eval.score import evaluate
-
-            result = evaluate(config, address=cluster.address)
-    if benchmark.benchmark is not None:
-        report.print_benchmark(result)
-        log, subject = report.log_benchmark_to_mlflow, benchmark.benchmark
-    else:
-        report.print_report(result, config)
-        log, subject = report.log_to_mlflow, config.dataset
+        evaluation = run_evaluation(options.config(), benchmark, address=cluster.address)
+    evaluation.print()
     if outputs.output:
-        report.write_json(result, config, outputs.output)
+        evaluation.write_json(outputs.output)
         typer.echo(f"wrote {outputs.output}")
-    run_id = log(result, config, tracking_uri=cluster.tracking_uri, run_name=outputs.run_name)
-    typer.echo(f"MLflow run {run_id} in experiment {experiment_name('eval', subject)}")
+    run_id = evaluation.log(tracking_uri=cluster.tracking_uri, run_name=outputs.run_name)
+    typer.echo(f"MLflow run {run_id} in experiment {evaluation.experiment}")
 
 
 app.command("eval")(

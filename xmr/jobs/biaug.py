@@ -56,7 +56,7 @@ from xmr.jobs.comparison import (
     condition_metrics,
     record_comparison,
 )
-from xmr.jobs.options import JobOptions, default_job_name, job_params
+from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
 from xmr.options import check_options, option, parameter_names, resolve_paths
@@ -269,8 +269,7 @@ def biaug_job(options: BiAugJobOptions, job: JobOptions) -> Job:
             is not a whole number of epochs.
     """
     params = job_params(options)
-    name = job.name or default_job_name("biaug", options.dataset, params)
-    folder = job.storage / name
+    name, folder = job.named("biaug", options.dataset, params)
     steps, rows = biaug_steps(options, folder, {"xmr.job": name})
     return Job("biaug", name, folder, params, steps, partial(biaug_report, rows=rows))
 

@@ -171,37 +171,18 @@ def eval_step(
     scored = BenchmarkOptions(**(benchmark or {}))
 
     def run(context: StepContext) -> StepOutcome:
-        from xmr.eval import report
+        from xmr.eval.evaluation import run_evaluation
 
-        config = options.config()
-        if scored.benchmark is not None:
-            from xmr.eval.benchmark import run_benchmark
-
-            result = run_benchmark(
-                config,
-                scored.benchmark,
-                subset=scored.subset,
-                images=scored.images,
-                address=context.address,
-            )
-            report.print_benchmark(result)
-            log = report.log_benchmark_to_mlflow
-        else:
-            from xmr.eval.score import evaluate
-
-            result = evaluate(config, address=context.address)
-            report.print_report(result, config)
-            log = report.log_to_mlflow
-        report.write_json(result, config, output)
-        run_id = log(
-            result,
-            config,
+        evaluation = run_evaluation(options.config(), scored, address=context.address)
+        evaluation.print()
+        evaluation.write_json(output)
+        run_id = evaluation.log(
             tracking_uri=context.tracking_uri,
             run_name=name,
             experiment=context.experiment,
             parent_run_id=context.parent_run_id,
         )
-        return StepOutcome(run_id, dict(result.metrics), {"metrics": str(output)})
+        return StepOutcome(run_id, dict(evaluation.result.metrics), {"metrics": str(output)})
 
     command = command_line("xmr eval", {**(benchmark or {}), **values, "output": output})
     return Step(name, summary, command, run)

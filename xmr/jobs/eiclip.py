@@ -37,7 +37,7 @@ from rich.console import Group
 
 from xmr.jobs.commands import train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
-from xmr.jobs.options import JobOptions, default_job_name, job_params
+from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
 
@@ -129,8 +129,7 @@ def eiclip_job(options: EiClipJobOptions, job: JobOptions) -> Job:
         ValueError: options that a step refuses (the flag is named).
     """
     params = job_params(options)
-    name = job.name or default_job_name("eiclip", options.dataset, params)
-    folder = job.storage / name
+    name, folder = job.named("eiclip", options.dataset, params)
     steps, rows = eiclip_steps(options, folder, {"xmr.job": name})
     return Job("eiclip", name, folder, params, steps, partial(eiclip_report, rows=rows))
 

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from xmr.data.registry import DATASETS
 from xmr.jobs.commands import sweep_step, world_step
-from xmr.jobs.options import JobOptions, default_job_name, job_params
+from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
 from xmr.tune.space import Domain, SearchSpace, load_space
@@ -101,8 +101,7 @@ def gender_job(options: GenderJobOptions, job: JobOptions) -> Job:
         ValueError: options a step refuses (``SpaceError`` names the space and the option).
     """
     params = job_params(options)
-    name = job.name or default_job_name("gender", options.dataset, params)
-    folder = job.storage / name
+    name, folder = job.named("gender", options.dataset, params)
     steps = gender_steps(options, folder, name)
     return Job("gender", name, folder, params, steps, gender_report)
 

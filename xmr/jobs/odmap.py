@@ -26,7 +26,7 @@ from rich.table import Table
 from xmr.data.registry import DATASETS
 from xmr.jobs.commands import synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
-from xmr.jobs.options import JobOptions, default_job_name, job_params
+from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
 from xmr.removal.fill import FILL_METHODS
@@ -91,8 +91,7 @@ def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
         ValueError: options that a step refuses (the flag is named).
     """
     params = job_params(options)
-    name = job.name or default_job_name("odmap", options.dataset, params)
-    folder = job.storage / name
+    name, folder = job.named("odmap", options.dataset, params)
     steps = odmap_steps(options, folder, {"xmr.job": name})
     return Job("odmap", name, folder, params, steps, odmap_report)
 

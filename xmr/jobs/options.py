@@ -41,6 +41,12 @@ class JobOptions:
         check_options(self)
         resolve_paths(self)
 
+    def named(self, kind: str, dataset: str, params: Mapping[str, str]) -> tuple[str, Path]:
+        """The job's name (``--name``, else :func:`default_job_name`) and its folder under
+        ``--storage``."""
+        name = self.name or default_job_name(kind, dataset, params)
+        return name, self.storage / name
+
 
 def job_params(options: Any) -> dict[str, str]:
     """An options dataclass as ``{field: str(value)}``: what a job records and compares on

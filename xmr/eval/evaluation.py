@@ -1,0 +1,73 @@
+"""One ``xmr eval``: a split's retrieval evaluation or a benchmark's scoring, with its console
+report and its MLflow run. The command and the jobs' eval steps both run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from xmr.eval import report
+from xmr.eval.benchmark import BenchmarkResult, run_benchmark
+from xmr.eval.config import EvalConfig
+from xmr.eval.options import BenchmarkOptions
+from xmr.eval.score import EvalResult, evaluate
+from xmr.tracking import experiment_name
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A finished evaluation: its result, the config it ran with, the benchmark (None: a
+    split's retrieval metrics)."""
+
+    result: EvalResult | BenchmarkResult
+    config: EvalConfig
+    benchmark: str | None
+
+    @property
+    def experiment(self) -> str:
+        """The MLflow experiment it logs to by default: ``xmr/eval/<benchmark or dataset>``."""
+        return experiment_name("eval", self.benchmark or self.config.dataset)
+
+    def print(self) -> None:
+        """The console report: the metrics table (and, for a split, the skipped items)."""
+        if isinstance(self.result, BenchmarkResult):
+            report.print_benchmark(self.result)
+        else:
+            report.print_report(self.result, self.config)
+
+    def write_json(self, path: Path) -> Path:
+        """The metrics JSON (``--output``) at ``path``."""
+        return report.write_json(self.result, self.config, path)
+
+    def log(
+        self,
+        *,
+        tracking_uri: str | None = None,
+        run_name: str | None = None,
+        experiment: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> str:
+        """Log it as one MLflow run (see :func:`~xmr.eval.report.log_to_mlflow`); the run id."""
+        where = {
+            "tracking_uri": tracking_uri,
+            "run_name": run_name,
+            "experiment": experiment,
+            "parent_run_id": parent_run_id,
+        }
+        if isinstance(self.result, BenchmarkResult):
+            return report.log_benchmark_to_mlflow(self.result, self.config, **where)
+        return report.log_to_mlflow(self.result, self.config, **where)
+
+
+def run_evaluation(
+    config: EvalConfig, scored: BenchmarkOptions, *, address: str | None = None
+) -> Evaluation:
+    """Score ``scored.benchmark`` read from ``config.data``, or with no benchmark evaluate
+    ``config``'s split (Recall@K, ODmAP@K, Bias@K); Ray at ``address``."""
+    if scored.benchmark is not None:
+        result: EvalResult | BenchmarkResult = run_benchmark(
+            config, scored.benchmark, subset=scored.subset, images=scored.images, address=address
+        )
+    else:
+        result = evaluate(config, address=address)
+    return Evaluation(result, config, scored.benchmark)
