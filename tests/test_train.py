@@ -95,8 +95,10 @@ def test_xmr_train_from_the_data_folder_logs_to_mlflow_and_resumes(
     assert done.returncode == 0, log[-4000:]
     assert "--synth-ratio 2 asks for" in log
     # Progress in a log: a line per tenth of an epoch, no bars (tqdm_ray's nor Ray Data's),
-    # each epoch line once, no PlacementGroupCleaner traceback or warnings.
-    assert 2 <= len(re.findall(r"\d+%", log)) <= 2 * PARTS, log[-4000:]
+    # each epoch line once, no PlacementGroupCleaner traceback or warnings. The raylet's own
+    # lines are not progress (on a nearly full disk it warns "over 95% full").
+    ours = "\n".join(line for line in log.splitlines() if "(raylet)" not in line)
+    assert 2 <= len(re.findall(r"\d+%", ours)) <= 2 * PARTS, log[-4000:]
     assert re.search(r"epoch 2/2: 100% \((\d+)/\1 steps, ", log), log[-4000:]
     assert [len(re.findall(rf"epoch {e}/2 \| loss", log)) for e in (1, 2)] == [1, 1]
     assert "PlacementGroupCleaner" not in log, log[-4000:]
