@@ -58,3 +58,22 @@ def small_toyworld(tmp_path_factory) -> Path:
     config = tmp_path_factory.mktemp("world-config") / "world.yaml"
     config.write_text("splits: {train: 120, val: 4, test: 4}\n")
     return generate(tmp_path_factory.mktemp("small-toyworld") / "w", config, seed=3)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """An S3-compatible server on 127.0.0.1 (moto), for the whole session; its ``env``
+    (endpoint and test credentials) goes to the commands that should reach it."""
+    from s3_server import s3_server
+
+    with s3_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3, monkeypatch) -> str:
+    """A new empty bucket (``s3://xmr-…``), with this process's environment pointed at the
+    server."""
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    return s3.new_bucket()

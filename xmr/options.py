@@ -41,6 +41,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from xmr.storage import ObjectPath, is_uri, storage_path
+
 OPTION = "xmr.option"
 """The key of a field's :class:`OptionSpec` in its dataclass metadata."""
 
@@ -157,12 +159,19 @@ def check_options(values: Any, declared_by: type | None = None) -> None:
             raise ValueError(f"{flag(item)} {problem}")
 
 
-def _is_path(annotation: Any) -> bool:
-    if annotation is Path:
-        return True
+def _members(annotation: Any) -> tuple[Any, ...]:
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return Path in typing.get_args(annotation)
-    return False
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _is_path(annotation: Any) -> bool:
+    return Path in _members(annotation)
+
+
+def _is_storage(annotation: Any) -> bool:
+    """A :data:`~xmr.storage.StoragePath` field: a local path or an object store's URI."""
+    return ObjectPath in _members(annotation)
 
 
 @cache
@@ -172,15 +181,44 @@ def path_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls) if _is_path(hints[f.name]))
 
 
+def storage_fields(cls: type) -> tuple[str, ...]:
+    """The names of the path fields of dataclass ``cls`` that may also be an object store's
+    URI (declared :data:`~xmr.storage.StoragePath`)."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in fields(cls) if _is_storage(hints[f.name]))
+
+
+def _field_name(cls: type, name: str) -> str:
+    """How a user named field ``name``: its flag when it is an option, else the name."""
+    item = next(f for f in fields(cls) if f.name == name)
+    return flag(item) if OPTION in item.metadata else name
+
+
 def resolve_paths(values: Any) -> None:
     """Make every path field of the (frozen) dataclass ``values`` absolute, in place.
 
     Relative paths mean the working directory of the process that parsed them (the driver);
-    Ray workers run elsewhere. Strings (from YAML) become paths; None stays None.
+    Ray workers run elsewhere. Strings (from YAML) become paths; None stays None. A
+    :data:`~xmr.storage.StoragePath` field takes an object store's URI too (an
+    :class:`~xmr.storage.ObjectPath`); any other path field refuses one.
+
+    Raises:
+        ValueError: a URI where only a local path is read, with the flag (or field) named.
     """
-    for name in path_fields(type(values)):
+    cls = type(values)
+    remote = set(storage_fields(cls))
+    for name in path_fields(cls):
         value = getattr(values, name)
-        if value is not None:
+        if value is None:
+            continue
+        if name in remote:
+            object.__setattr__(values, name, storage_path(value))
+        elif is_uri(value):
+            raise ValueError(
+                f"{_field_name(cls, name)} takes a local or shared-filesystem path, not {value} "
+                "(object stores are for --storage, --out, --synth and --checkpoint)"
+            )
+        else:
             object.__setattr__(values, name, Path(value).expanduser().resolve())
 
 
@@ -238,7 +276,7 @@ class Overrides:
 
 def _parameter(item: Field, annotation: Any, *, unset: bool) -> inspect.Parameter:
     spec: OptionSpec = item.metadata[OPTION]
-    kind = spec.cli_type or annotation
+    kind = spec.cli_type or (str | None if _is_storage(annotation) else annotation)
     name = spec.flag or item.name.replace("_", "-")
     is_bool = kind is bool or kind == bool | None
     declarations = [f"--{name}/--no-{name}" if is_bool else f"--{name}"]

@@ -1,0 +1,208 @@
+"""Where outputs live: a local (or shared-filesystem) folder, or an object store such as ``s3://``.
+
+A cluster's nodes do not share a disk unless you give them one; an object store is the usual
+answer. xmr's outputs that another node or a later step reads (D′, training runs, job folders)
+take either a local path or a URI. Local paths stay :class:`pathlib.Path`; a URI becomes an
+:class:`ObjectPath`, which offers the part of the ``Path`` interface xmr's writers and readers
+use (``/``, ``name``, ``exists``, ``is_file``, ``iterdir``, ``glob``, ``read_bytes``,
+``write_text``, ``open``, ``replace``, ...) over a `pyarrow filesystem
+<https://arrow.apache.org/docs/python/filesystems.html>`_ — the filesystem layer Ray Train and
+Ray Data use too, so ``storage_path="s3://…"`` means the same bucket to all of them.
+
+pyarrow is imported on first use (the command line's option parsing imports this module).
+Credentials and endpoints come from the environment as the AWS SDK reads them
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL``
+for an S3-compatible server, an instance profile on EC2); nothing secret is written anywhere.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import posixpath
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+
+def is_uri(value: str | Path | ObjectPath) -> bool:
+    """Whether ``value`` names an object store (``scheme://…``) rather than a local path."""
+    if isinstance(value, ObjectPath):
+        return True
+    text = str(value)
+    return "://" in text and not text.startswith("file://")
+
+
+@cache
+def _filesystem(scheme: str, bucket: str) -> pafs.FileSystem:
+    """The pyarrow filesystem for ``scheme://bucket`` (one per process and bucket)."""
+    import pyarrow.fs as pafs
+
+    filesystem, _ = pafs.FileSystem.from_uri(f"{scheme}://{bucket}")
+    return filesystem
+
+
+class ObjectPath:
+    """A file or folder in an object store, named by its URI (``s3://bucket/key``).
+
+    Folders are key prefixes: ``mkdir`` is a no-op, a folder exists while it holds an object.
+    Writes are whole objects (an upload appears complete or not at all), so ``replace`` after a
+    temporary write is a copy; readers never see half a file.
+    """
+
+    __slots__ = ("key", "scheme")
+
+    def __init__(self, uri: str) -> None:
+        scheme, sep, rest = str(uri).partition("://")
+        rest = rest.strip("/")
+        if not sep or not scheme or not rest:
+            raise ValueError(f"{uri}: not a URI like s3://bucket/folder")
+        self.scheme = scheme.lower()
+        self.key = posixpath.normpath(rest)
+
+    # --- naming -----------------------------------------------------------------------------
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.key}"
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectPath) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __truediv__(self, name: str | Path) -> ObjectPath:
+        return ObjectPath(f"{self}/{name}")
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.key)
+
+    @property
+    def stem(self) -> str:
+        return Path(self.name).stem
+
+    @property
+    def suffix(self) -> str:
+        return Path(self.name).suffix
+
+    @property
+    def parent(self) -> ObjectPath:
+        head = posixpath.dirname(self.key)
+        return ObjectPath(f"{self.scheme}://{head}") if head else self
+
+    def with_name(self, name: str) -> ObjectPath:
+        return self.parent / name
+
+    def expanduser(self) -> ObjectPath:
+        return self
+
+    def resolve(self) -> ObjectPath:
+        return self
+
+    def as_uri(self) -> str:
+        return str(self)
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        """The pyarrow filesystem this path lives on (pass it with :attr:`path`)."""
+        return _filesystem(self.scheme, self.key.split("/", 1)[0])
+
+    @property
+    def path(self) -> str:
+        """The path within :attr:`filesystem` (``bucket/key``)."""
+        return self.key
+
+    # --- queries ----------------------------------------------------------------------------
+    def _type(self) -> str:
+        """``File``, ``Directory`` or ``NotFound``."""
+        return self.filesystem.get_file_info(self.key).type.name
+
+    def exists(self) -> bool:
+        return self._type() != "NotFound"
+
+    def is_file(self) -> bool:
+        return self._type() == "File"
+
+    def is_dir(self) -> bool:
+        return self._type() == "Directory"
+
+    def iterdir(self) -> Iterator[ObjectPath]:
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.key, allow_not_found=True, recursive=False)
+        for info in sorted(self.filesystem.get_file_info(selector), key=lambda i: i.path):
+            yield ObjectPath(f"{self.scheme}://{info.path}")
+
+    def glob(self, pattern: str) -> Iterator[ObjectPath]:
+        """Children whose names match ``pattern`` (one level, as ``fnmatch``)."""
+        return (p for p in self.iterdir() if fnmatch.fnmatchcase(p.name, pattern))
+
+    # --- reading and writing ----------------------------------------------------------------
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        """Nothing to do: an object store's folders are the prefixes of its keys."""
+
+    def open(self, mode: str = "rb", encoding: str | None = None) -> IO[Any]:
+        """A file object: ``rb``/``r`` read the whole object, ``wb``/``w`` upload on close."""
+        if mode in ("rb", "r"):
+            data = io.BytesIO(self.read_bytes())
+            return data if mode == "rb" else io.TextIOWrapper(data, encoding=encoding or "utf-8")
+        if mode in ("wb", "w"):
+            stream = self.filesystem.open_output_stream(self.key)
+            if mode == "wb":
+                return stream
+            return io.TextIOWrapper(stream, encoding=encoding or "utf-8")
+        raise ValueError(f"{self}: mode {mode!r} is not supported on an object store")
+
+    def read_bytes(self) -> bytes:
+        with self.filesystem.open_input_stream(self.key) as stream:
+            return stream.read()
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def write_bytes(self, data: bytes) -> int:
+        with self.filesystem.open_output_stream(self.key) as stream:
+            stream.write(data)
+        return len(data)
+
+    def write_text(self, text: str, encoding: str = "utf-8") -> int:
+        return self.write_bytes(text.encode(encoding))
+
+    def replace(self, target: ObjectPath) -> ObjectPath:
+        """Move this object to ``target`` (a copy and a delete on S3)."""
+        self.filesystem.move(self.key, target.key)
+        return target
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        if missing_ok and not self.exists():
+            return
+        self.filesystem.delete_file(self.key)
+
+
+StoragePath: TypeAlias = Path | ObjectPath
+"""A folder or file xmr writes to or reads from: local (``Path``) or in an object store."""
+
+
+def storage_path(value: str | Path | ObjectPath) -> StoragePath:
+    """``value`` as a storage path: a URI becomes an :class:`ObjectPath`; a local path is
+    made absolute (relative paths mean the working directory of the process that parsed them:
+    the driver)."""
+    if isinstance(value, ObjectPath):
+        return value
+    if is_uri(value):
+        return ObjectPath(str(value))
+    return Path(str(value).removeprefix("file://")).expanduser().resolve()
+
+
+def filesystem_and_path(target: StoragePath) -> tuple[pafs.FileSystem | None, str]:
+    """``(filesystem, path)`` for pyarrow and Ray APIs that take both (None for a local path)."""
+    if isinstance(target, ObjectPath):
+        return target.filesystem, target.path
+    return None, str(target)
