@@ -23,6 +23,7 @@ from xmr.options import (
     tracking_uri_option,
     user_errors,
 )
+from xmr.storage import StoragePath
 from xmr.synth.command import synth_command
 from xmr.train.options import TrainOptions
 from xmr.tune.options import TuneOptions
@@ -230,7 +231,9 @@ class DemoOptions:
     seed: int = option(0, "Seed of the world, D′ and training.", ge=0)
     epochs: int | None = option(None, "Training epochs per run (default: 3).", ge=1)
     workdir: Path = option(Path("xmr-demo"), "Where D′ and the runs go.")
-    data: Path | None = option(None, "A ToyWorld folder; default: the embedded one.")
+    data: StoragePath | None = option(
+        None, "A ToyWorld folder, a path or s3://…; default: the embedded one."
+    )
     cpus_per_worker: int = option(2, "CPU cores for the training worker.", ge=1)
 
     def __post_init__(self) -> None:

@@ -24,6 +24,7 @@ from xmr.data.default_world import default_toyworld
 from xmr.jobs.odmap import ODmAPJobOptions, odmap_report, odmap_steps
 from xmr.jobs.options import job_params
 from xmr.jobs.steps import Job, JobResult, run_job
+from xmr.storage import StoragePath
 
 DEMO_EPOCHS = 3  # bench/RESULTS.md: the D′ effect is clear after 3 epochs
 
@@ -35,10 +36,10 @@ def demo_job(
     epochs: int = DEMO_EPOCHS,
     cpus_per_worker: int = 2,
     progress: bool = True,
-    data: Path | None = None,
+    data: StoragePath | None = None,
 ) -> Job:
     """The demo's job in ``workdir``, on ``data`` (another ToyWorld folder, from ``xmr data
-    toyworld``) or the default ToyWorld."""
+    toyworld``, a path or ``s3://…``) or the default ToyWorld."""
     world = data or default_toyworld(seed, progress=progress)
     options = ODmAPJobOptions(data=world, epochs=epochs, seed=seed, cpus_per_worker=cpus_per_worker)
     steps = odmap_steps(options, workdir, {"xmr.demo": f"seed{seed}"})
@@ -54,7 +55,7 @@ def run_demo(
     address: str | None = None,
     cpus_per_worker: int = 2,
     progress: bool = True,
-    data: Path | None = None,
+    data: StoragePath | None = None,
 ) -> JobResult:
     """Run (or resume) the demo in ``workdir``: D′ in ``workdir/dprime``, runs in
     ``workdir/runs``, the comparison in ``workdir/comparison.csv``."""

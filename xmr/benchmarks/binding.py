@@ -33,7 +33,9 @@ from xmr.benchmarks.items import (
 )
 from xmr.data.coco import load_json
 from xmr.data.errors import DataError
+from xmr.data.files import data_path
 from xmr.data.toyworld.binding import ITEMS_FILE, SIDES
+from xmr.storage import ObjectPath
 
 SWAP_METRIC = "binding/swap_acc"
 COUNTER_METRIC = "binding/counter_acc"
@@ -64,8 +66,9 @@ def _sides(entry: dict[str, Any], key: str, where: str) -> dict[str, str]:
     return {side: _text(value, side, f"{where}: {key}") for side in SIDES}
 
 
-def read_binding(world: Path) -> BenchmarkData:
-    """The binding items of the scene ToyWorld in ``world`` (its ``binding/items.json``).
+def read_binding(world: str | Path | ObjectPath) -> BenchmarkData:
+    """The binding items of the scene ToyWorld in ``world`` (its ``binding/items.json``), a
+    local folder or one in an object store (``s3://…``: image paths are then object paths).
 
     Returns:
         ``items``: per swap item its image -> (caption, swapped caption), group ``swap``; per
@@ -77,7 +80,7 @@ def read_binding(world: Path) -> BenchmarkData:
         DataError: no ``items.json`` (the message says how to make a world with one), or a
             malformed entry (names the file and the entry).
     """
-    world = Path(world).resolve()
+    world = data_path(world).resolve()
     path = world / ITEMS_FILE
     if not path.is_file():
         raise DataError(

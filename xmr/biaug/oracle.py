@@ -22,12 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
+from xmr.data.files import data_path
 from xmr.data.toyworld.captions import class_words
 from xmr.data.toyworld.classes import palette
 from xmr.data.toyworld.config import WorldConfig
 from xmr.data.toyworld.generate import image_scene, locate_image
 from xmr.data.toyworld.render import render
 from xmr.data.toyworld.scene import Scene, SceneObject
+from xmr.storage import ObjectPath, StoragePath
 
 MIN_INSIDE = 0.5
 """An instance is in a box when at least this share of its (annotation) box area lies inside."""
@@ -66,7 +68,7 @@ def toyworld_class(name: str, classes: Sequence[str]) -> str:
     raise ValueError(f"{name!r} is not a ToyWorld class ({', '.join(classes)})")
 
 
-def _read_world(root: Path) -> WorldConfig:
+def _read_world(root: StoragePath) -> WorldConfig:
     """The config of the scene world at ``root`` from its ``world.json``. Raises ``ValueError``."""
     path = root / "world.json"
     if not path.is_file():
@@ -97,14 +99,14 @@ class ToyWorldOracle:
 
     Reads the world's ``world.json`` once; each :meth:`recolour` rebuilds one scene from the
     world's seed and renders it twice (about 20 ms at the default 128 px on one core). Plain and
-    picklable: one per Ray actor.
+    picklable: one per Ray actor. ``root`` may be in an object store (``s3://…``).
 
     Raises:
         ValueError: ``root`` has no readable ``world.json`` of a scene world.
     """
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path | ObjectPath) -> None:
+        self.root = data_path(root)
         self.config = _read_world(self.root)
 
     def scene(self, image_id: int) -> Scene:
@@ -194,7 +196,7 @@ def _pixel_box(bbox: tuple[float, float, float, float], size: int) -> tuple[int,
 
 
 def recolour_toyworld_object(
-    root: str | Path,
+    root: str | Path | ObjectPath,
     image_id: int,
     bbox: tuple[float, float, float, float],
     category: str,

@@ -2,6 +2,9 @@
 
 Layout: ``root/annotations/instances_{split}{year}.json`` and ``captions_{split}{year}.json``,
 images in ``root/{split}{year}/{file_name}`` (COCO 2014 / 2017; ToyWorld uses ``year=""``).
+``root`` may be in an object store (``s3://bucket/coco``, see :mod:`xmr.data.files`): the
+records' image paths are then :class:`~xmr.storage.ObjectPath` s, and the image folder is listed
+once rather than each image asked for.
 
 - The captions file decides which images exist: images only in the instances file are dropped
   (they cannot be retrieved by text); an image without instances has ``objects=()``, which is
@@ -31,7 +34,9 @@ from typing import Any
 from pycocotools.coco import COCO
 
 from xmr.data.errors import DataError, DataIssue, report
+from xmr.data.files import FileIndex, data_path
 from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
+from xmr.storage import ObjectPath, StoragePath
 
 Box = tuple[float, float, float, float]
 
@@ -41,12 +46,12 @@ BOX_TOLERANCE_PX = 1.0
 _WORD = re.compile(r"\w")
 
 
-def load_json(path: Path) -> Any:
+def load_json(path: StoragePath) -> Any:
     """Parse a JSON file. Raises :class:`DataError` naming the file when missing or malformed."""
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open("r", encoding="utf-8") as f:
             return json.load(f)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise DataError(f"{path}: malformed JSON ({exc})") from exc
@@ -87,7 +92,7 @@ def clip_box(bbox: Sequence[float], width: int, height: int) -> Box:
     return (x, y, w, h)
 
 
-def _detect_year(root: Path, split: str) -> str:
+def _detect_year(root: StoragePath, split: str) -> str:
     """The year suffix of the one ``instances_{split}[20NN].json`` under ``root/annotations``."""
     folder = root / "annotations"
     if not folder.is_dir():
@@ -104,14 +109,25 @@ def _detect_year(root: Path, split: str) -> str:
     return pattern.fullmatch(found[0]).group(1) or ""
 
 
-def _load_coco(path: Path) -> COCO:
-    """Load a COCO annotation file with pycocotools (its progress prints are swallowed)."""
+def _load_coco(path: StoragePath) -> COCO:
+    """Load a COCO annotation file into pycocotools' index (its progress prints are swallowed).
+
+    The JSON is read through ``path`` (pycocotools opens only local files), as
+    ``COCO(path)`` would read it.
+    """
     if not path.is_file():
         raise DataError(f"{path}: annotation file not found")
     try:
+        with path.open("rb") as f:
+            dataset = json.load(f)
+        if not isinstance(dataset, dict):
+            raise TypeError(f"annotation file format {type(dataset)} not supported")
+        coco = COCO()
+        coco.dataset = dataset
         with contextlib.redirect_stdout(io.StringIO()):
-            return COCO(str(path))
-    except (ValueError, AssertionError, KeyError, TypeError) as exc:
+            coco.createIndex()
+        return coco
+    except (ValueError, KeyError, TypeError) as exc:
         raise DataError(
             f"{path}: malformed COCO annotation file ({type(exc).__name__}: {exc})"
         ) from exc
@@ -122,7 +138,7 @@ def _is_size(value: object) -> bool:
 
 
 def _captions(
-    anns: list[dict], image_id: int, source: Path, issues: list[DataIssue] | None
+    anns: list[dict], image_id: int, source: StoragePath, issues: list[DataIssue] | None
 ) -> list[Caption]:
     """The usable captions of one image; a caption with no words is reported and skipped."""
     captions = []
@@ -140,7 +156,7 @@ def _objects(
     anns: list[dict],
     image: dict,
     categories: dict[int, str],
-    source: Path,
+    source: StoragePath,
     issues: list[DataIssue] | None,
 ) -> list[ObjectAnnotation]:
     """The usable objects of one image; bad boxes and unknown categories are reported, skipped."""
@@ -170,7 +186,7 @@ def _objects(
 
 
 def read_coco(
-    root: str | Path,
+    root: str | Path | ObjectPath,
     split: str,
     *,
     year: str | int | None = None,
@@ -182,8 +198,9 @@ def read_coco(
     ``instances_{split}20NN.json`` present (ambiguity is an error listing what was found);
     ``year=""`` means no year suffix. ``issues=None`` raises :class:`DataError` on the first bad
     item; a list collects the skipped items instead. Each record's ``split`` is ``split``.
+    ``root`` may be a URI (``s3://…``).
     """
-    root = Path(root)
+    root = data_path(root)
     suffix = f"{split}{_detect_year(root, split) if year is None else year}"
     instances_file = root / "annotations" / f"instances_{suffix}.json"
     captions_file = root / "annotations" / f"captions_{suffix}.json"
@@ -193,6 +210,7 @@ def read_coco(
         cid: cat["name"] for cid, cat in instances.cats.items() if isinstance(cat.get("name"), str)
     }
     image_dir = root / suffix
+    files = FileIndex()
 
     records = []
     for image_id, image in sorted(captions.imgs.items()):
@@ -208,7 +226,7 @@ def read_coco(
             )
             continue
         path = image_dir / file_name
-        if not path.is_file():
+        if not files.is_file(path):
             report(DataIssue(item, f"image file {path} is missing", image_id), issues)
             continue
         entities = image.get("entities", {})

@@ -31,7 +31,8 @@ read in one go, no pixels.
 Bad input follows :func:`xmr.data.errors.report`: a row with an empty description or without an
 image row (``input_image`` shorter than the metadata) is reported naming file and row; a missing
 file, a missing ``input_description`` / ``input_image`` dataset or metadata datasets of different
-lengths raise :class:`DataError`.
+lengths raise :class:`DataError`. The files are read from a local or shared filesystem: a root in
+an object store (``s3://…``) is refused (:func:`check_fashiongen_root`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from xmr.data.coco import has_words
 from xmr.data.errors import DataError, DataIssue, report
 from xmr.data.images import H5_IMAGE_DATASET, h5_image_dataset, h5_image_path
 from xmr.data.records import Caption, ImageRecord, normalise_entity
+from xmr.storage import ObjectPath, is_uri
 
 SPLITS = ("train", "validation")
 #: Other names a caller may use for a split: ``val`` is the validation file.
@@ -71,11 +73,23 @@ _TAG = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 
 
-def fashiongen_file(root: str | Path, split: str) -> Path:
+def check_fashiongen_root(root: str | Path | ObjectPath) -> None:
+    """Refuse a Fashion-Gen root in an object store (``ValueError`` naming ``--data``): its
+    images are rows of HDF5 files, which every process opens and reads in place."""
+    if is_uri(root):
+        raise ValueError(
+            f"--data {root}: Fashion-Gen's HDF5 files are read from a local or shared "
+            "filesystem, not an object store"
+        )
+
+
+def fashiongen_file(root: str | Path | ObjectPath, split: str) -> Path:
     """``root/fashiongen_256_256_{split}.h5`` for ``split`` (or an alias in :data:`SPLIT_ALIASES`).
 
-    Raises ``ValueError`` for any other split, saying why there is no ``test``.
+    Raises ``ValueError`` for any other split, saying why there is no ``test``, or for a root
+    in an object store (:func:`check_fashiongen_root`).
     """
+    check_fashiongen_root(root)
     name = SPLIT_ALIASES.get(split, split)
     if name not in SPLITS:
         raise ValueError(
@@ -85,7 +99,7 @@ def fashiongen_file(root: str | Path, split: str) -> Path:
     return Path(root) / f"fashiongen_256_256_{name}.h5"
 
 
-def fashiongen_splits(root: str | Path) -> list[str]:
+def fashiongen_splits(root: str | Path | ObjectPath) -> list[str]:
     """The splits whose file exists under ``root``, sorted."""
     return sorted(s for s in SPLITS if fashiongen_file(root, s).is_file())
 
@@ -137,7 +151,7 @@ def _open(path: Path) -> h5py.File:
 
 
 def read_fashiongen(
-    root: str | Path, split: str, *, issues: list[DataIssue] | None = None
+    root: str | Path | ObjectPath, split: str, *, issues: list[DataIssue] | None = None
 ) -> list[ImageRecord]:
     """Read one Fashion-Gen split (``train``, ``validation`` or ``val``), in row order.
 
@@ -192,7 +206,7 @@ def read_fashiongen(
     return records
 
 
-def read_product_ids(root: str | Path, split: str) -> dict[int, int]:
+def read_product_ids(root: str | Path | ObjectPath, split: str) -> dict[int, int]:
     """Image id -> Fashion-Gen product id (``input_productID``) for every row of ``split``.
 
     The views of one product share its description: retrieval that counts any view of the right

@@ -28,6 +28,8 @@ Conventions:
   the entity, ``attributes={"entity_id": id}``. Scene / no-box entities have no object. Types
   come from the Sentences file, so an image without one has ``objects=()``.
 - Width and height: the XML ``<size>``, else the image header (no pixel decode).
+- ``root`` may be in an object store (``s3://…``, see :mod:`xmr.data.files`): each folder is
+  listed once; the Sentences and XML files of the split's images are still one read each.
 
 Bad items follow :func:`xmr.data.errors.report` (see :mod:`xmr.data.coco` for the box rule).
 """
@@ -40,8 +42,10 @@ from pathlib import Path
 
 from xmr.data.coco import clip_box, has_words, load_json
 from xmr.data.errors import DataError, DataIssue, report
+from xmr.data.files import FileIndex, data_path
 from xmr.data.images import image_size
 from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
+from xmr.storage import ObjectPath, StoragePath
 
 KARPATHY_FILE = "dataset_flickr30k.json"
 SPLITS = ("train", "val", "test")
@@ -78,11 +82,11 @@ def parse_entity_sentence(line: str) -> Parsed:
 
 
 def _read_sentences(
-    path: Path, count: int, item: str, issues: list[DataIssue] | None
+    path: StoragePath, count: int, item: str, files: FileIndex, issues: list[DataIssue] | None
 ) -> list[Parsed | None] | None:
     """The parsed Sentences lines (``None`` for a malformed line, reported), or ``None`` when
     the file is absent or does not have ``count`` captions (reported)."""
-    if not path.is_file():
+    if not files.is_file(path):
         return None
     try:
         text = path.read_text(encoding="utf-8")
@@ -107,13 +111,16 @@ def _read_sentences(
     return parsed
 
 
-def _read_annotation(path: Path) -> tuple[tuple[int, int] | None, list[tuple[list[str], VocBox]]]:
+def _read_annotation(
+    path: StoragePath,
+) -> tuple[tuple[int, int] | None, list[tuple[list[str], VocBox]]]:
     """The ``<size>`` (``None`` when absent) and every box with its entity ids, file order.
 
     Raises ``ValueError`` when the XML or its size is malformed.
     """
     try:
-        root = ET.parse(path).getroot()
+        with path.open("rb") as f:
+            root = ET.parse(f).getroot()
     except ET.ParseError as exc:
         raise ValueError(f"malformed XML ({exc})") from exc
     size = root.find("size")
@@ -172,7 +179,12 @@ def _objects(
 
 
 def _image_record(
-    root: Path, entry: dict, source: str, split: str, issues: list[DataIssue] | None
+    root: StoragePath,
+    entry: dict,
+    source: str,
+    split: str,
+    files: FileIndex,
+    issues: list[DataIssue] | None,
 ) -> ImageRecord | None:
     """One Karpathy image entry as a record, or ``None`` when it is skipped (reported)."""
     try:
@@ -185,12 +197,12 @@ def _image_record(
         return None
     item = f"image {image_id}"
     path = root / "flickr30k-images" / filename
-    if not path.is_file():
+    if not files.is_file(path):
         report(DataIssue(f"{source}: {item}", f"image file {path} is missing", image_id), issues)
         return None
 
     sentences_file = root / "Sentences" / f"{stem}.txt"
-    entity_lines = _read_sentences(sentences_file, len(sentences), item, issues)
+    entity_lines = _read_sentences(sentences_file, len(sentences), item, files, issues)
     captions = []
     for i, (sent_id, raw) in enumerate(sentences):
         if entity_lines is None:
@@ -211,7 +223,7 @@ def _image_record(
     xml_file = root / "Annotations" / f"{stem}.xml"
     size, boxes = None, []
     try:
-        if xml_file.is_file():
+        if files.is_file(xml_file):
             size, boxes = _read_annotation(xml_file)
         size = size or image_size(path)
     except (ValueError, DataError) as exc:
@@ -236,7 +248,7 @@ def _image_record(
 
 
 def read_flickr30k(
-    root: str | Path, split: str, *, issues: list[DataIssue] | None = None
+    root: str | Path | ObjectPath, split: str, *, issues: list[DataIssue] | None = None
 ) -> list[ImageRecord]:
     """Read one Karpathy split (``train`` incl. ``restval``, ``val``, ``test``) of Flickr30k.
 
@@ -245,13 +257,14 @@ def read_flickr30k(
     """
     if split not in SPLITS:
         raise ValueError(f"unknown Flickr30k split {split!r}; choose one of {', '.join(SPLITS)}")
-    root = Path(root)
+    root = data_path(root)
     karpathy_file = root / KARPATHY_FILE
     data = load_json(karpathy_file)
     images = data.get("images") if isinstance(data, dict) else None
     if not isinstance(images, list):
         raise DataError(f"{karpathy_file}: no 'images' list")
     records = []
+    files = FileIndex()
     for index, entry in enumerate(images):
         source = f"{karpathy_file}: images[{index}]"
         if not isinstance(entry, dict):
@@ -260,7 +273,7 @@ def read_flickr30k(
         entry_split = str(entry.get("split"))
         if _SPLIT_ALIASES.get(entry_split, entry_split) != split:
             continue
-        record = _image_record(root, entry, source, split, issues)
+        record = _image_record(root, entry, source, split, files, issues)
         if record is not None:
             records.append(record)
     return sorted(records, key=lambda r: r.image_id)

@@ -6,7 +6,13 @@ here force a full decode, and rely on ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES`` st
 
 Images stored inside an HDF5 file (Fashion-Gen) have paths of the form ``<file>.h5::<row>``
 (also ``.hdf5``): row ``row`` (0-based) of the file's ``input_image`` dataset, ``(N, H, W, 3)``
-uint8 RGB. Each process opens such a file once, read-only, and keeps the handle.
+uint8 RGB. Each process opens such a file once, read-only, and keeps the handle. HDF5 files are
+read from a local or shared filesystem only.
+
+An image path may also be in an object store (an :class:`~xmr.storage.ObjectPath`, or its URI
+as a string: what records' paths become in Ray Data rows): its bytes are read through pyarrow's
+filesystem, with the credentials and endpoint of the process's environment (``AWS_*``), and
+decoded the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import numpy as np
 from PIL import Image
 
 from xmr.data.errors import DataError
+from xmr.storage import ObjectPath, is_uri
 
 #: The HDF5 dataset ``<file>.h5::<row>`` paths index (Fashion-Gen's image dataset).
 H5_IMAGE_DATASET = "input_image"
@@ -38,9 +45,11 @@ def h5_image_path(file: str | Path, row: int) -> Path:
     return file.with_name(f"{file.name}::{row}")
 
 
-def _split_h5_path(path: str | Path) -> tuple[Path, str] | None:
-    """``(file, row text)`` of a ``<file>.h5::<row>`` path, None for an ordinary path."""
+def _split_h5_path(path: str | Path | ObjectPath) -> tuple[Path, str] | None:
+    """``(file, row text)`` of a local ``<file>.h5::<row>`` path, None for an ordinary path."""
     match = _H5_PATH.fullmatch(str(path))
+    if match and is_uri(path):
+        raise DataError(f"{path}: HDF5 images are read from a local or shared filesystem only")
     return (Path(match["file"]), match["row"]) if match else None
 
 
@@ -96,18 +105,34 @@ def _load_h5_image(file: Path, row_text: str) -> Image.Image:
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
-def load_image(path: str | Path) -> Image.Image:
+def _open(path: str | Path | ObjectPath) -> Path | io.BytesIO:
+    """What ``Image.open`` reads: a local path, or an object's bytes (read whole).
+
+    Raises :class:`DataError` naming the object when it is missing or cannot be read.
+    """
+    if not is_uri(path):
+        return Path(path)
+    try:
+        return io.BytesIO(ObjectPath(str(path)).read_bytes())
+    except FileNotFoundError as exc:
+        raise DataError(f"{path}: image file not found") from exc
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read image ({exc})") from exc
+
+
+def load_image(path: str | Path | ObjectPath) -> Image.Image:
     """Decode ``path`` fully into an RGB image.
 
     Raises :class:`DataError` naming the file when it is missing, not an image, corrupt or
     truncated. ``<file>.h5::<row>`` reads that row of the file's ``input_image`` dataset (a bad
-    row is a :class:`DataError` naming file and row).
+    row is a :class:`DataError` naming file and row). A URI's object is read through pyarrow.
     """
     if h5 := _split_h5_path(path):
         return _load_h5_image(*h5)
-    path = Path(path)
+    path = path if is_uri(path) else Path(path)
+    source = _open(path)
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             image.load()
             return image.convert("RGB")
     except FileNotFoundError as exc:
@@ -129,7 +154,7 @@ def decode_image(data: bytes, name: str = "image bytes") -> Image.Image:
         raise DataError(f"{name}: cannot decode image ({exc})") from exc
 
 
-def image_size(path: str | Path) -> tuple[int, int]:
+def image_size(path: str | Path | ObjectPath) -> tuple[int, int]:
     """``(width, height)`` from the image header, without decoding the pixels.
 
     Raises :class:`DataError` naming the file when it is missing or its header is unreadable.
@@ -140,9 +165,10 @@ def image_size(path: str | Path) -> tuple[int, int]:
         images = _h5_images(file)
         _h5_row(file, row_text, images)
         return (int(images.shape[2]), int(images.shape[1]))
-    path = Path(path)
+    path = path if is_uri(path) else Path(path)
+    source = _open(path)
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             return image.size
     except FileNotFoundError as exc:
         raise DataError(f"{path}: image file not found") from exc

@@ -9,9 +9,10 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from xmr.data.files import data_path
 from xmr.removal.planning import plan_removals
+from xmr.storage import StoragePath
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,14 @@ class ImageRecord:
     "composition": "100% wool"}``), each value one whole entity (never split into sub-words) in
     :func:`normalise_entity` form. Datasets without metadata leave it empty; a group whose value
     is unknown for an image is absent.
+
+    ``path`` is the image file: a ``Path``, or an :class:`~xmr.storage.ObjectPath` when the
+    dataset is in an object store; :meth:`to_dict` (and every row that carries records)
+    holds it as a string, the URI for an object.
     """
 
     image_id: int
-    path: Path
+    path: StoragePath
     width: int
     height: int
     captions: tuple[Caption, ...]
@@ -127,7 +132,7 @@ class ImageRecord:
         """The inverse of :meth:`to_dict`."""
         return cls(
             image_id=data["image_id"],
-            path=Path(data["path"]),
+            path=data_path(data["path"]),
             width=int(data["width"]),
             height=int(data["height"]),
             captions=tuple(

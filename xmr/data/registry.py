@@ -8,10 +8,12 @@ from pathlib import Path
 
 from xmr.data.coco import read_coco
 from xmr.data.errors import DataIssue
-from xmr.data.fashiongen import fashiongen_splits, read_fashiongen
+from xmr.data.fashiongen import check_fashiongen_root, fashiongen_splits, read_fashiongen
+from xmr.data.files import data_path
 from xmr.data.flickr30k import read_flickr30k
 from xmr.data.records import ImageRecord
 from xmr.data.toyworld_reader import read_toyworld
+from xmr.storage import ObjectPath
 
 _READERS: dict[str, Callable[..., list[ImageRecord]]] = {
     "toyworld": read_toyworld,
@@ -24,19 +26,29 @@ DATASETS = tuple(_READERS)
 
 
 def read_dataset(
-    name: str, root: str | Path, split: str, *, issues: list[DataIssue] | None = None
+    name: str, root: str | Path | ObjectPath, split: str, *, issues: list[DataIssue] | None = None
 ) -> list[ImageRecord]:
     """Read ``split`` of dataset ``name`` (one of :data:`DATASETS`) from ``root``.
 
-    COCO's year is auto-detected. Raises ``ValueError`` for an unknown name; bad input follows
-    :func:`xmr.data.errors.report`.
+    ``root`` may be in an object store (``s3://bucket/coco``; not Fashion-Gen's HDF5 files):
+    the records' image paths are then :class:`~xmr.storage.ObjectPath` s (see
+    :mod:`xmr.data.files`). COCO's year is auto-detected. Raises ``ValueError`` for an unknown
+    name; bad input follows :func:`xmr.data.errors.report`.
     """
     if name not in _READERS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     return _READERS[name](root, split, issues=issues)
 
 
-def dataset_splits(name: str, root: str | Path) -> list[str]:
+def check_data_root(name: str, root: str | Path | ObjectPath | None) -> None:
+    """Refuse, naming ``--data``, a root that dataset ``name``'s reader cannot read:
+    Fashion-Gen in an object store (its HDF5 files are read in place). For options to call
+    before anything runs; the reader refuses it too."""
+    if name == "fashiongen" and root is not None:
+        check_fashiongen_root(root)
+
+
+def dataset_splits(name: str, root: str | Path | ObjectPath) -> list[str]:
     """The splits of dataset ``name`` at ``root``, sorted (the ODmAP gallery spans all of them).
 
     COCO and ToyWorld: every ``annotations/captions_{split}[year].json``; Flickr30k: the Karpathy
@@ -49,7 +61,7 @@ def dataset_splits(name: str, root: str | Path) -> list[str]:
     pattern = re.compile(r"captions_([a-z]+?)(?:\d{4})?\.json")
     found = {
         m.group(1)
-        for p in (Path(root) / "annotations").glob("captions_*.json")
+        for p in (data_path(root) / "annotations").glob("captions_*.json")
         if (m := pattern.fullmatch(p.name))
     }
     return sorted(found)

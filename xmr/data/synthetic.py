@@ -10,6 +10,9 @@ Layout of a D′ folder::
 
 ``image`` holds PNG bytes of the whole synthetic image; ``removed_boxes`` (``box`` for BiAug) are
 the ``[x, y, w, h]`` pixel boxes that were filled.
+
+The folder is a local path or an object store's (``s3://bucket/dprime``, a URI string or an
+:class:`~xmr.storage.ObjectPath`): the reader takes either.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from PIL import Image
 
 from xmr.data.errors import DataError
 from xmr.data.images import decode_image
+from xmr.storage import ObjectPath, StoragePath, filesystem_and_path, is_uri
 
 ROW_SCHEMA = pa.schema(
     [
@@ -99,13 +103,26 @@ class SyntheticPair:
         return decode_image(self.image, f"D′ row {self.key}")
 
 
-def read_manifest(root: str | Path) -> dict:
+def _folder(root: str | StoragePath) -> StoragePath:
+    """``root`` as a path: an :class:`~xmr.storage.ObjectPath` for a URI, else a ``Path``."""
+    if isinstance(root, ObjectPath):
+        return root
+    return ObjectPath(str(root)) if is_uri(root) else Path(root)
+
+
+def read_parquet(path: StoragePath, **options) -> pa.Table:
+    """``pyarrow.parquet.read_table(path, **options)`` for a local path or an object store's."""
+    filesystem, where = filesystem_and_path(path)
+    return pq.read_table(where, filesystem=filesystem, **options)
+
+
+def read_manifest(root: str | StoragePath) -> dict:
     """The manifest of a finished D′ build.
 
     Raises:
         DataError: ``root`` has no manifest (the build has not finished) or it is malformed.
     """
-    path = Path(root) / MANIFEST
+    path = _folder(root) / MANIFEST
     if not path.is_file():
         raise DataError(
             f"{root} is not a finished D′ folder: {MANIFEST} is missing "
@@ -117,13 +134,14 @@ def read_manifest(root: str | Path) -> dict:
         raise DataError(f"{path}: malformed JSON ({exc})") from exc
 
 
-def synthetic_shards(root: str | Path) -> list[Path]:
-    """The data shards of a finished D′ build, in key order (for ``ray.data.read_parquet``)."""
+def synthetic_shards(root: str | StoragePath) -> list[StoragePath]:
+    """The data shards of a finished D′ build, in key order (for ``ray.data.read_parquet``:
+    ``str()`` of each)."""
     read_manifest(root)
-    return sorted((Path(root) / DATA_DIR).glob("part-*.parquet"))
+    return sorted((_folder(root) / DATA_DIR).glob("part-*.parquet"), key=str)
 
 
-def synthetic_mode(root: str | Path) -> str:
+def synthetic_mode(root: str | StoragePath) -> str:
     """How the finished D′ build at ``root`` was made: ``removal`` or ``biaug``.
 
     Raises:
@@ -131,13 +149,12 @@ def synthetic_mode(root: str | Path) -> str:
     """
     mode = read_manifest(root).get("mode", "removal")
     if mode not in ROW_SCHEMAS:
-        raise DataError(
-            f"{Path(root) / MANIFEST}: unknown D′ mode {mode!r} (known: {', '.join(ROW_SCHEMAS)})"
-        )
+        known = ", ".join(ROW_SCHEMAS)
+        raise DataError(f"{_folder(root) / MANIFEST}: unknown D′ mode {mode!r} (known: {known})")
     return mode
 
 
-def synthetic_table(root: str | Path) -> pa.Table:
+def synthetic_table(root: str | StoragePath) -> pa.Table:
     """All pairs of a finished D′ build as one Arrow table (the schema of its mode:
     :data:`ROW_SCHEMA` or :data:`BIAUG_ROW_SCHEMA`)."""
     schema = ROW_SCHEMAS[synthetic_mode(root)]
@@ -145,19 +162,19 @@ def synthetic_table(root: str | Path) -> pa.Table:
     if not shards:
         return schema.empty_table()
     try:
-        return pa.concat_tables(pq.read_table(p, schema=schema) for p in shards)
+        return pa.concat_tables(read_parquet(p, schema=schema) for p in shards)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DataError(f"{root}: unreadable D′ shard ({exc})") from exc
 
 
-def iter_synthetic(root: str | Path) -> Iterator[SyntheticPair]:
+def iter_synthetic(root: str | StoragePath) -> Iterator[SyntheticPair]:
     """The pairs of a finished removal-mode D′ build, shard by shard (one shard in memory at a
     time). A BiAug D′ has other columns: read it with :func:`synthetic_table`."""
     if synthetic_mode(root) != "removal":
         raise DataError(f"{root} is a BiAug D′: read its rows with synthetic_table()")
     for shard in synthetic_shards(root):
         try:
-            table = pq.read_table(shard, schema=ROW_SCHEMA)
+            table = read_parquet(shard, schema=ROW_SCHEMA)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{shard}: unreadable D′ shard ({exc})") from exc
         for row in table.to_pylist():
@@ -175,12 +192,12 @@ def iter_synthetic(root: str | Path) -> Iterator[SyntheticPair]:
             )
 
 
-def read_synthetic(root: str | Path) -> list[SyntheticPair]:
+def read_synthetic(root: str | StoragePath) -> list[SyntheticPair]:
     """Every pair of a finished D′ build, in key order."""
     return list(iter_synthetic(root))
 
 
-def read_synthetic_errors(root: str | Path) -> pa.Table:
+def read_synthetic_errors(root: str | StoragePath) -> pa.Table:
     """The failed rows of a finished D′ build (ERROR_SCHEMA)."""
     read_manifest(root)
-    return pq.read_table(Path(root) / ERRORS, schema=ERROR_SCHEMA)
+    return read_parquet(_folder(root) / ERRORS, schema=ERROR_SCHEMA)

@@ -4,7 +4,8 @@ Layout under ``root``: ``annotations/instances_{split}.json``, ``annotations/cap
 (no year suffix), images in ``{split}/``; person annotations carry
 ``"attributes": {"gender": "male" | "female"}``. ``counterfactuals/index_{split}.json`` lists the
 exact renders of each scene with some object classes removed: ``[{"id", "file_name"`` (relative
-to ``root``) ``, "source_image_id", "removed": [class, ...], "kept": [class, ...]}]``.
+to ``root``) ``, "source_image_id", "removed": [class, ...], "kept": [class, ...]}]``. ``root``
+may be in an object store (``s3://…``, see :mod:`xmr.data.files`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from xmr.data.coco import load_json, read_coco
 from xmr.data.errors import DataError, DataIssue, report
+from xmr.data.files import FileIndex, data_path
 from xmr.data.records import ImageRecord
+from xmr.storage import ObjectPath, StoragePath
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,14 @@ class Counterfactual:
     """
 
     id: int
-    path: Path
+    path: StoragePath
     source_image_id: int
     removed: frozenset[str]
     kept: frozenset[str]
 
 
 def read_toyworld(
-    root: str | Path, split: str, *, issues: list[DataIssue] | None = None
+    root: str | Path | ObjectPath, split: str, *, issues: list[DataIssue] | None = None
 ) -> list[ImageRecord]:
     """Read one ToyWorld split: :func:`xmr.data.coco.read_coco` with no year suffix."""
     return read_coco(root, split, year="", issues=issues)
@@ -45,19 +48,20 @@ def _class_names(value: object) -> frozenset[str]:
 
 
 def read_counterfactuals(
-    root: str | Path, split: str, *, issues: list[DataIssue] | None = None
+    root: str | Path | ObjectPath, split: str, *, issues: list[DataIssue] | None = None
 ) -> list[Counterfactual]:
     """Read ``counterfactuals/index_{split}.json``, sorted by id.
 
     A missing or malformed index raises :class:`DataError`. A malformed entry or a missing render
     is raised (``issues=None``) or skipped and recorded in ``issues``.
     """
-    root = Path(root)
+    root = data_path(root)
     index_file = root / "counterfactuals" / f"index_{split}.json"
     entries = load_json(index_file)
     if not isinstance(entries, list):
         raise DataError(f"{index_file}: expected a list of counterfactuals")
     counterfactuals = []
+    files = FileIndex()
     for n, entry in enumerate(entries):
         try:
             counterfactual = Counterfactual(
@@ -71,7 +75,7 @@ def read_counterfactuals(
             reason = f"malformed counterfactual ({type(exc).__name__}: {exc})"
             report(DataIssue(f"{index_file}: entry {n}", reason), issues)
             continue
-        if not counterfactual.path.is_file():
+        if not files.is_file(counterfactual.path):
             item = f"{index_file}: counterfactual {counterfactual.id}"
             report(DataIssue(item, f"image file {counterfactual.path} is missing"), issues)
             continue

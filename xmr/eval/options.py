@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from xmr.data.registry import DATASETS
 from xmr.options import check_options, option, resolve_paths, run_name_option
+from xmr.storage import StoragePath
 
 if TYPE_CHECKING:
     from xmr.eval.config import EvalConfig
@@ -35,8 +36,8 @@ class EvalOptions:
         None, "Architecture, e.g. ViT-B-32; default: the checkpoint's, or xmr-tiny."
     )
     pretrained: str = option("none", "Pretrained tag (e.g. openai), or 'none' for random init.")
-    checkpoint: Path | None = option(
-        None, "Local checkpoint to load (e.g. xmr-runs/<run>/last.pt)."
+    checkpoint: StoragePath | None = option(
+        None, "Checkpoint to load, a path or s3://… (e.g. xmr-runs/<run>/last.pt)."
     )
     metrics: str = option("recall,odmap,bias", "Comma-separated: recall,odmap,bias.")
     batch_size: int = option(128, "Encoding batch size.", ge=1)

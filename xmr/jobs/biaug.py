@@ -48,7 +48,7 @@ from xmr.benchmarks import (
     SUGARCREPE_MEAN_METRIC,
     category_metric,
 )
-from xmr.data.registry import DATASETS
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.jobs.commands import eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
@@ -60,6 +60,7 @@ from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
 from xmr.options import check_options, option, parameter_names, resolve_paths
+from xmr.storage import StoragePath
 
 PACKAGED_WORLD = "binding"
 """The ToyWorld the job generates without ``--data`` or ``--world-config``."""
@@ -79,10 +80,10 @@ class BiAugJobOptions:
     """The experiment's options: data, BiAug's components, model, budget, benchmarks, scale."""
 
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(
+    data: StoragePath | None = option(
         None,
-        "Dataset folder (toyworld: default, the packaged binding world generated into the "
-        "job's folder; a ToyWorld given here needs a binding test).",
+        "Dataset folder, a path or s3://… (toyworld: default, the packaged binding world "
+        "generated into the job's folder; a ToyWorld given here needs a binding test).",
     )
     world_config: Path | None = option(
         None, "ToyWorld without --data: the world's YAML (default: the packaged binding world)."
@@ -183,6 +184,7 @@ class BiAugJobOptions:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
+        check_data_root(self.dataset, self.data)
         if self.llm is None and not toyworld:
             raise ValueError(
                 f"--llm is required for --dataset {self.dataset}: openai | hf | vllm, with "
@@ -232,7 +234,7 @@ def _check_benchmark_folders(aro: Path | None, sugarcrepe: Path | None) -> None:
             )
 
 
-def _check_binding_world(data: Path | None, world_config: Path | None) -> None:
+def _check_binding_world(data: StoragePath | None, world_config: Path | None) -> None:
     """The ToyWorld result is the binding test: refuse a world without one.
 
     Raises:

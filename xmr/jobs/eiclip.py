@@ -35,11 +35,13 @@ from pathlib import Path
 
 from rich.console import Group
 
+from xmr.data.registry import check_data_root
 from xmr.jobs.commands import train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
+from xmr.storage import StoragePath
 
 DATASETS = ("toyworld", "fashiongen")
 """The datasets with product entities EI-CLIP learns from."""
@@ -59,10 +61,11 @@ class EiClipJobOptions:
     """The experiment's options: data, model, budget, the baseline, scale."""
 
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(
+    data: StoragePath | None = option(
         None,
-        "Dataset folder (fashiongen: the folder of fashiongen_256_256_{train,validation}.h5; "
-        "toyworld: default, a shop world generated into the job's folder).",
+        "Dataset folder (fashiongen: the local or shared folder of "
+        "fashiongen_256_256_{train,validation}.h5; toyworld: a path or s3://…, default a shop "
+        "world generated into the job's folder).",
     )
     world_config: Path | None = option(
         None, "ToyWorld without --data: a shop world's YAML (default: the packaged shop world)."
@@ -94,11 +97,12 @@ class EiClipJobOptions:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
+        check_data_root(self.dataset, self.data)
         if self.dataset == "toyworld":
             _check_shop_world(self.data, self.world_config)
 
 
-def _check_shop_world(data: Path | None, world_config: Path | None) -> None:
+def _check_shop_world(data: StoragePath | None, world_config: Path | None) -> None:
     """Refuse a scene ToyWorld (no products): as ``--data`` or as ``--world-config``.
 
     Raises:

@@ -24,11 +24,12 @@ import pandas as pd
 from rich.console import Group
 from rich.table import Table
 
-from xmr.data.registry import DATASETS
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
+from xmr.storage import StoragePath
 from xmr.tune.space import Domain, SearchSpace, load_space
 
 SWEEPS = {"fair-alpha": ("fair_alpha", "fair_alpha"), "clip-m": ("clip_m", "clip_m")}
@@ -59,8 +60,10 @@ class GenderJobOptions:
     """The experiment's options: data, model, the swept values, trial resources."""
 
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(
-        None, "Dataset folder (toyworld: default, a world generated into the job's folder)."
+    data: StoragePath | None = option(
+        None,
+        "Dataset folder, a path or s3://… (toyworld: default, a world generated into the "
+        "job's folder).",
     )
     model: str = option("clip", "Model family of the trials (see `xmr models`).")
     arch: str | None = option(None, "Architecture (default: the family's).")
@@ -86,6 +89,7 @@ class GenderJobOptions:
         resolve_paths(self)
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
+        check_data_root(self.dataset, self.data)
         if any(alpha < 0 or alpha > 1 for alpha in parse_values(self.alphas, "--alphas")):
             raise ValueError(f"--alphas must lie in [0, 1], got {self.alphas!r}")
         if 0 not in parse_values(self.alphas, "--alphas"):
@@ -106,7 +110,7 @@ def gender_job(options: GenderJobOptions, job: JobOptions) -> Job:
     return Job("gender", name, folder, params, steps, gender_report)
 
 
-def gender_spaces(options: GenderJobOptions, data: Path) -> dict[str, SearchSpace]:
+def gender_spaces(options: GenderJobOptions, data: StoragePath) -> dict[str, SearchSpace]:
     """The two sweeps' spaces: the shipped ones on ``data`` with the job's values."""
     model = {"model": options.model, "arch": options.arch, "pretrained": options.pretrained}
     model = {key: value for key, value in model.items() if value is not None}

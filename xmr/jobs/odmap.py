@@ -23,13 +23,14 @@ from pathlib import Path
 
 from rich.table import Table
 
-from xmr.data.registry import DATASETS
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.jobs.commands import synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
 from xmr.removal.fill import FILL_METHODS
+from xmr.storage import StoragePath
 
 CONDITIONS = {"D": "train-d", "D ∪ D′": "train-d-dprime"}
 """The two training conditions and the steps that train them."""
@@ -52,8 +53,10 @@ class ODmAPJobOptions:
     """The experiment's options: data, model, budget and how large each stage runs."""
 
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(
-        None, "Dataset folder (toyworld: default, a world generated into the job's folder)."
+    data: StoragePath | None = option(
+        None,
+        "Dataset folder, a path or s3://… (toyworld: default, a world generated into the "
+        "job's folder).",
     )
     model: str = option("clip", "Model family: clip | vsepp | blip (see `xmr models`).")
     arch: str | None = option(None, "Architecture (default: the family's).")
@@ -81,6 +84,7 @@ class ODmAPJobOptions:
         resolve_paths(self)
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
+        check_data_root(self.dataset, self.data)
 
 
 def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:

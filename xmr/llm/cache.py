@@ -5,7 +5,10 @@ model, the request's canonical JSON) and stored as ``FOLDER/ab/cd/<key>.txt`` (U
 are written to a temporary file in the same folder and renamed into place (``os.replace``), so
 a reader sees a whole entry or none, and any number of processes, on one node or on nodes that
 share the folder, may read and write at once: two writers of one key write the same answer and
-the last rename wins. Failed requests are never cached (a retry may succeed).
+the last rename wins. ``FOLDER`` may be in an object store (``s3://bucket/cache``, an
+:class:`~xmr.storage.ObjectPath`), which every node reaches: there an entry is one upload, which
+appears whole or not at all, and the last upload of a key wins. Failed requests are never cached
+(a retry may succeed).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xmr.llm.chat import ChatBackend, ChatRequest, ChatResult, ResultCallback
+from xmr.storage import ObjectPath, StoragePath, is_uri
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -30,14 +34,18 @@ def cache_key(backend: str, model: str, request: ChatRequest) -> str:
 
 
 class ResponseCache:
-    """Answers on disk under ``folder`` (created when missing).
+    """Answers under ``folder`` (created when missing): a local or shared folder, or an object
+    store's (a URI or :class:`~xmr.storage.ObjectPath`).
 
     Raises:
         NotADirectoryError: ``folder`` exists and is not a folder.
     """
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str | StoragePath) -> None:
+        if isinstance(folder, ObjectPath) or is_uri(folder):
+            self.folder: StoragePath = ObjectPath(str(folder))
+        else:
+            self.folder = Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise NotADirectoryError(f"LLM cache {self.folder} is not a folder")
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -45,7 +53,7 @@ class ResponseCache:
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.folder)!r})"
 
-    def path(self, key: str) -> Path:
+    def path(self, key: str) -> StoragePath:
         """Where the entry of ``key`` lives. Raises ``ValueError`` for a malformed key."""
         if not _KEY.fullmatch(key):
             raise ValueError(f"a cache key is 64 lower-case hex characters, got {key!r}")
@@ -59,8 +67,12 @@ class ResponseCache:
             return None
 
     def put(self, key: str, text: str) -> None:
-        """Store ``text`` as the answer of ``key``, atomically (temp file, fsync, rename)."""
+        """Store ``text`` as the answer of ``key``, atomically (temp file, fsync, rename; in an
+        object store: one upload)."""
         target = self.path(key)
+        if isinstance(target, ObjectPath):
+            target.write_text(text)
+            return
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(
             prefix=f".{key[:8]}-", suffix=".tmp", dir=target.parent

@@ -16,7 +16,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from xmr.llm.cache import CachedChat, ResponseCache
@@ -26,6 +25,7 @@ from xmr.llm.openai_client import OpenAIChat, url_problem
 from xmr.llm.vllm import EngineAnswers, check_vllm
 from xmr.options import check_options, option, resolve_paths
 from xmr.pretrained import local_model_dir
+from xmr.storage import StoragePath
 
 BACKENDS = ("openai", "hf", "vllm", "oracle")
 """The values of ``--llm``."""
@@ -82,9 +82,10 @@ class LLMSpec:
         1.0, "First retry wait in seconds (doubles per retry, jittered).", flag="llm-backoff", ge=0
     )
     seed: int = option(0, "Seed of the retry jitter.", flag="llm-seed")
-    cache_dir: Path | None = option(
+    cache_dir: StoragePath | None = option(
         None,
-        "Folder of the LLM response cache, shared by all workers (default: none).",
+        "Folder of the LLM response cache, shared by all workers: a local or shared path, or "
+        "s3://bucket/folder (xmr synth: default <out>/llm_cache, in the object store too).",
         flag="llm-cache",
     )
     device: str = option("auto", "Device of --llm hf: auto, cpu, cuda, cuda:N.", flag="llm-device")

@@ -11,11 +11,14 @@ entity tables) builds it from a :class:`Corpus` and returns it from ``checkpoint
 saved in the checkpoint and read back by the family's ``build`` (:func:`read_checkpoint`).
 
 Checkpoints are read with ``torch.load(..., weights_only=True)`` only: a file that needs
-arbitrary unpickling is refused, never executed.
+arbitrary unpickling is refused, never executed. A checkpoint is a local file or an object in
+an object store (``s3://bucket/runs/clip/last.pt``, :class:`~xmr.storage.ObjectPath`), read
+whole into memory.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import tempfile
@@ -32,6 +35,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from xmr.storage import ObjectPath, StoragePath, is_uri, storage_path
+
 if TYPE_CHECKING:
     from xmr.models.batch import TextInputs
     from xmr.models.losses import LossConfig
@@ -43,24 +48,25 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Names a model: family, architecture, pretrained tag, local checkpoint.
+    """Names a model: family, architecture, pretrained tag, checkpoint.
 
     ``pretrained`` ``None`` (or ``"none"``, normalised to ``None``) means random init;
     ``checkpoint`` is a state dict loaded after construction (see
-    :meth:`RetrievalModel.load_checkpoint`), its path made absolute (Ray workers run in other
-    folders).
+    :meth:`RetrievalModel.load_checkpoint`): a local path, made absolute (Ray workers run in
+    other folders), or an object store's URI (a string becomes an
+    :class:`~xmr.storage.ObjectPath`).
     """
 
     family: str
     arch: str
     pretrained: str | None = None
-    checkpoint: Path | None = None
+    checkpoint: StoragePath | None = None
 
     def __post_init__(self) -> None:
         if self.pretrained in ("", "none"):
             object.__setattr__(self, "pretrained", None)
         if self.checkpoint is not None:
-            object.__setattr__(self, "checkpoint", Path(self.checkpoint).expanduser().resolve())
+            object.__setattr__(self, "checkpoint", storage_path(self.checkpoint))
 
     def params(self) -> dict[str, str]:
         """Namespaced MLflow params (``model.family``, ``model.arch``, ...), ``"none"`` if unset."""
@@ -72,7 +78,7 @@ class ModelSpec:
         }
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> ModelSpec:
+    def from_checkpoint(cls, path: str | StoragePath) -> ModelSpec:
         """The spec a checkpoint written by :func:`save_checkpoint` was saved with, pointing at it.
 
         Raises:
@@ -84,10 +90,11 @@ class ModelSpec:
             raise CheckpointError(
                 f"{path} does not say which model it holds (no 'spec'): pass --model and --arch"
             )
-        return cls(spec["family"], spec["arch"], spec.get("pretrained"), Path(path))
+        return cls(spec["family"], spec["arch"], spec.get("pretrained"), checkpoint_path(path))
 
     def to_dict(self) -> dict[str, str | None]:
-        """Plain fields (the checkpoint path as a str), loadable with ``weights_only=True``."""
+        """Plain fields (the checkpoint path or URI as a str), loadable with
+        ``weights_only=True``."""
         return {
             "family": self.family,
             "arch": self.arch,
@@ -202,7 +209,7 @@ class RetrievalModel(ABC):
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.module.state_dict()
 
-    def load_checkpoint(self, path: str | Path) -> None:
+    def load_checkpoint(self, path: str | StoragePath) -> None:
         """Load weights from ``path``: a state dict, or a dict whose ``"model"`` is one.
 
         Raises:
@@ -210,7 +217,7 @@ class RetrievalModel(ABC):
             CheckpointError: the file is not a plain tensor checkpoint (refused by
                 ``weights_only=True``), or its keys or shapes do not match this model.
         """
-        path = Path(path)
+        path = checkpoint_path(path)
         state = read_state_dict(path)
         expected = self.module.state_dict()
         missing = [k for k in expected if k not in state]
@@ -233,14 +240,22 @@ class RetrievalModel(ABC):
         self.module.load_state_dict(state)
 
 
-def check_checkpoint_file(path: str | Path) -> Path:
-    """``path`` as a :class:`~pathlib.Path` when it is a file (its content is not read).
+def checkpoint_path(path: str | StoragePath) -> StoragePath:
+    """``path`` as a :class:`~pathlib.Path`, or an :class:`~xmr.storage.ObjectPath` when it is an
+    object store's URI (``s3://…``)."""
+    if isinstance(path, ObjectPath) or is_uri(path):
+        return storage_path(path)
+    return Path(path)
+
+
+def check_checkpoint_file(path: str | StoragePath) -> StoragePath:
+    """``path`` (:func:`checkpoint_path`) when it is a file (its content is not read).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
         CheckpointError: ``path`` is a directory.
     """
-    path = Path(path)
+    path = checkpoint_path(path)
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file")
     if not path.is_file():
@@ -257,8 +272,9 @@ def _load_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def read_checkpoint(path: str | Path) -> Any:
-    """Everything in the checkpoint file ``path``, read on CPU with ``weights_only=True``.
+def read_checkpoint(path: str | StoragePath) -> Any:
+    """Everything in the checkpoint file ``path``, read on CPU with ``weights_only=True`` (an
+    object store's file is read whole into memory first).
 
     Raises:
         FileNotFoundError: no such file.
@@ -266,10 +282,13 @@ def read_checkpoint(path: str | Path) -> Any:
             truncated one), or needs arbitrary unpickling (refused); the message names it.
     """
     path = check_checkpoint_file(path)
+    source: Path | io.BytesIO = (
+        io.BytesIO(path.read_bytes()) if isinstance(path, ObjectPath) else path
+    )
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises anything from IndexError to RuntimeError
-        if isinstance(exc, pickle.UnpicklingError) and zipfile.is_zipfile(path):
+        if isinstance(exc, pickle.UnpicklingError) and zipfile.is_zipfile(source):
             raise CheckpointError(
                 f"{path} holds more than tensors and plain containers, so it does not load with "
                 f"torch.load(weights_only=True) (refused, never executed): {_load_error(exc)}"
@@ -279,7 +298,7 @@ def read_checkpoint(path: str | Path) -> Any:
         ) from exc
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+def read_state_dict(path: str | StoragePath) -> dict[str, torch.Tensor]:
     """The state dict in ``path`` (raw, or under key ``"model"``), read on CPU, weights only."""
     obj = read_checkpoint(path)
     state = obj["model"] if isinstance(obj, Mapping) and "model" in obj else obj

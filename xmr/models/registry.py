@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from pathlib import Path
 from typing import Protocol, cast
 
 import torch
@@ -20,8 +19,10 @@ from xmr.models.base import (
     ModelSpec,
     RetrievalModel,
     check_checkpoint_file,
+    checkpoint_path,
     read_state_dict,
 )
+from xmr.storage import StoragePath
 
 
 class ModelFamily(Protocol):
@@ -103,7 +104,7 @@ def create_model(
     spec_or_family: ModelSpec | str,
     arch: str | None = None,
     pretrained: str | None = None,
-    checkpoint: str | Path | None = None,
+    checkpoint: str | StoragePath | None = None,
     *,
     device: str | torch.device = "cpu",
     seed: int | None = 0,
@@ -129,7 +130,8 @@ def create_model(
     else:
         if arch is None:
             raise ValueError(f"arch is required; see list_archs({spec_or_family!r})")
-        spec = ModelSpec(spec_or_family, arch, pretrained, Path(checkpoint) if checkpoint else None)
+        path = checkpoint_path(checkpoint) if checkpoint else None
+        spec = ModelSpec(spec_or_family, arch, pretrained, path)
     family = _checked_family(spec)
     if spec.checkpoint is not None:
         check_checkpoint_file(spec.checkpoint)  # before a costly build; read after it

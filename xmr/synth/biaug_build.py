@@ -19,8 +19,10 @@ LLM stages' actors (checked before Ray starts, :func:`check_oracle`; not cached:
 model). ``--boxes gt`` confirms the proposals from each example's annotations instead of the
 detector.
 
-Resuming: the LLM's answers are cached on disk (``--llm-cache``, default ``<out>/llm_cache``),
-so a rerun pays for no call twice; a saved plan is reused, and only missing shards are redone.
+Resuming: the LLM's answers are cached (``--llm-cache``, default ``<out>/llm_cache``: in the
+object store too when ``--out`` is ``s3://…``, so a rerun on any node finds them), so a rerun
+pays for no call twice; a saved plan is reused, and only missing shards are redone. The
+manifest's ``llm.cache`` says where the answers are.
 """
 
 from __future__ import annotations
@@ -33,23 +35,24 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from xmr import __version__
 from xmr.biaug import ToyWorldOracle
 from xmr.data.records import ImageRecord
-from xmr.data.synthetic import BIAUG_ROW_SCHEMA
+from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_parquet
 from xmr.llm import ChatRequest, LLMSpec, ResponseCache, cache_key
 from xmr.llm.spec import ORACLE
 from xmr.llm.vllm import BACKEND as VLLM
 from xmr.llm.vllm import build_vllm_processor
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch, batch_rows
+from xmr.storage import StoragePath
 from xmr.synth.biaug_stages import (
     GROUP_COLUMNS,
     DecoupleAttributes,
@@ -411,7 +414,7 @@ def synth_pass(
     return dict(busy)
 
 
-def _saved_plan(out: Path, fingerprint: str, digest: str) -> tuple | None:
+def _saved_plan(out: StoragePath, fingerprint: str, digest: str) -> tuple | None:
     """``(groups, errors, reasons, stats)`` an earlier run saved in ``out``, or None.
 
     Raises:
@@ -419,11 +422,11 @@ def _saved_plan(out: Path, fingerprint: str, digest: str) -> tuple | None:
     """
     if not (out / PLAN).is_file():
         return None
-    table = pq.read_table(out / PLAN)
+    table = read_parquet(out / PLAN)
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     check_same_build(out, metadata, fingerprint, digest)
-    errors = pq.read_table(out / PLAN_ERRORS).to_pylist()
-    reasons = pq.read_table(out / REASONS).to_pylist()
+    errors = read_parquet(out / PLAN_ERRORS).to_pylist()
+    reasons = read_parquet(out / REASONS).to_pylist()
     return table.to_pylist(), errors, reasons, json.loads(metadata["statistics"])
 
 
@@ -462,13 +465,13 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     saved = _saved_plan(out, fingerprint, digest)
     if saved is None:
         llm.check_ready()  # --llm vllm without vLLM: what to do instead
-    executor = start_executor(runtime)
+    cluster = cache(partial(start_executor, runtime))  # started on first use: not when finished
     busy: dict[str, float] = {}
     timings["plan"] = 0.0
     if saved is None:
         t = time.perf_counter()
         examples = source_examples(records, config)
-        groups, errors, reasons, stats, busy = plan_pass(executor, examples, config, runtime, llm)
+        groups, errors, reasons, stats, busy = plan_pass(cluster(), examples, config, runtime, llm)
         errors = read_errors + errors
         write_table_atomic(error_table(errors), out / PLAN_ERRORS)
         write_table_atomic(pa.Table.from_pylist(reasons, schema=REASON_SCHEMA), out / REASONS)
@@ -483,7 +486,8 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     done = finished_shards(out, shards)
     pending = set(range(len(shards))) - done
     t = time.perf_counter()
-    busy.update(synth_pass(executor, groups, shards, pending, config, runtime, root))
+    if pending:
+        busy.update(synth_pass(cluster(), groups, shards, pending, config, runtime, root))
     timings["synthesize"] = time.perf_counter() - t
     merged = merge_errors(out, len(shards))
     written = count_written(out, len(shards))
@@ -496,7 +500,7 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
         "mode": "biaug",
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "config": config.to_dict(),
-        "llm": {"backend": llm.backend, "model": llm.model},
+        "llm": _llm_fields(llm),
         "config_hash": fingerprint,
         "inputs_hash": digest,
         "data_root": str(root),
@@ -524,11 +528,20 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     return write_manifest(out, manifest)
 
 
-def _written_pairs(out: Path, shard_count: int) -> int:
+def _llm_fields(llm: LLMSpec) -> dict:
+    """The manifest's ``llm``: backend, model and where its answers are cached (``--llm
+    oracle`` asks no model: nothing cached)."""
+    fields = {"backend": llm.backend, "model": llm.model}
+    if llm.backend != ORACLE:
+        fields["cache"] = str(llm.cache_dir)
+    return fields
+
+
+def _written_pairs(out: StoragePath, shard_count: int) -> int:
     """Groups with both rows written: the hard-negative pairs."""
     rows: Counter = Counter()
     for index in range(shard_count):
         rows.update(
-            pq.read_table(shard_path(out, index), columns=["group_id"])["group_id"].to_pylist()
+            read_parquet(shard_path(out, index), columns=["group_id"])["group_id"].to_pylist()
         )
     return sum(count == 2 for count in rows.values())

@@ -7,8 +7,9 @@ records and saves the plan. The synthesis pass runs :class:`~xmr.synth.stages.Fi
 :class:`~xmr.synth.stages.WriteCaptions` — separate operators with their own resources, so GPU
 and CPU stages run concurrently — over the rows of the shards not yet on disk, and this module
 commits each shard as soon as its last row arrives. A rerun with the same config and ``out``
-reuses the plan and redoes only the missing shards. Every refusal that needs no cluster (another
-config or input data in ``out``, shards of another plan) comes before Ray starts.
+reuses the plan and redoes only the missing shards (a finished build: none, and Ray is not
+started). Every refusal that needs no cluster (another config or input data in ``out``, shards
+of another plan) comes before Ray starts.
 
 ``planned`` counts units of work: every planned row, plus every image that could not be planned
 (unreadable input, bad annotation, unplannable boxes). Each unit ends in exactly one of the
@@ -25,6 +26,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,7 @@ from xmr.data.synthetic import MANIFEST, ROW_SCHEMA
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
 from xmr.progress import ProgressLines, stdout_is_terminal
+from xmr.storage import StoragePath
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import (
     check_out_dir,
@@ -76,7 +79,7 @@ STAGES = ("read", "detect", "plan", "fill", "caption")
 class SynthResult:
     """What a build did. ``manifest`` is what ``manifest.json`` holds."""
 
-    out: Path
+    out: StoragePath
     manifest: dict
 
     @property
@@ -84,7 +87,7 @@ class SynthResult:
         return self.manifest["errors"] / max(self.manifest["planned"], 1)
 
 
-def data_root(config: SynthConfig, progress: bool) -> Path:
+def data_root(config: SynthConfig, progress: bool) -> StoragePath:
     """The dataset folder: ``--data``, or the embedded ToyWorld generated into the cache."""
     if config.data is not None:
         if not config.data.is_dir():
@@ -253,7 +256,7 @@ class ShardAssembler:
 
     def __init__(
         self,
-        out: Path,
+        out: StoragePath,
         shards: Sequence[Sequence[str]],
         pending: set[int],
         schema: pa.Schema = ROW_SCHEMA,
@@ -344,7 +347,7 @@ def synth_pass(
 
 
 def _saved_plan(
-    out: Path, config: SynthConfig, digest: str
+    out: StoragePath, config: SynthConfig, digest: str
 ) -> tuple[list[PlannedRow], list[dict]] | None:
     """The plan an earlier run of this build saved in ``out`` (rows, error rows), or None.
 
@@ -359,7 +362,9 @@ def _saved_plan(
     return rows, plan_errors.to_pylist()
 
 
-def check_same_build(out: Path, metadata: dict[str, str], config_hash: str, digest: str) -> None:
+def check_same_build(
+    out: StoragePath, metadata: dict[str, str], config_hash: str, digest: str
+) -> None:
     """Raise ValueError unless the plan saved in ``out`` (its ``metadata``) was made from this
     config and these inputs: a rerun may only finish its own build."""
     for name, value in {"config_hash": config_hash, "inputs_hash": digest}.items():
@@ -385,7 +390,7 @@ def run_figures(
     }
 
 
-def write_manifest(out: Path, manifest: dict) -> SynthResult:
+def write_manifest(out: StoragePath, manifest: dict) -> SynthResult:
     """Check the row accounting (``planned == written + errors``) and write the manifest."""
     if manifest["planned"] != manifest["written"] + manifest["errors"]:
         raise RuntimeError(
@@ -397,7 +402,7 @@ def write_manifest(out: Path, manifest: dict) -> SynthResult:
 
 
 def _shards_of(
-    out: Path, rows: Sequence[PlannedRow], rows_per_shard: int
+    out: StoragePath, rows: Sequence[PlannedRow], rows_per_shard: int
 ) -> tuple[list[list[str]], set[int]]:
     """The plan's shards (row keys of each) and the indices of those already in ``out``.
 
@@ -436,13 +441,13 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
         shards, done = _shards_of(out, rows, config.rows_per_shard)
     detect = saved is None and config.boxes == "groundingdino"
     classes = detection_classes(config, root) if detect else []
-    executor = start_executor(runtime)
+    cluster = cache(partial(start_executor, runtime))  # started on first use: not when finished
 
     busy: dict[str, float] = {}
     timings["plan"] = 0.0
     if saved is None:
         t = time.perf_counter()
-        rows, errors, busy = plan_pass(executor, records, config, runtime, classes)
+        rows, errors, busy = plan_pass(cluster(), records, config, runtime, classes)
         errors = read_errors + errors
         save_plan(
             out,
@@ -457,7 +462,8 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
         shards, done = _shards_of(out, rows, config.rows_per_shard)
     pending = set(range(len(shards))) - done
     t = time.perf_counter()
-    busy.update(synth_pass(executor, rows, shards, pending, config, runtime))
+    if pending:
+        busy.update(synth_pass(cluster(), rows, shards, pending, config, runtime))
     timings["synthesize"] = time.perf_counter() - t
     merged = merge_errors(out, len(shards))
     written = count_written(out, len(shards))
@@ -496,7 +502,7 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
 
 def synthesize_defaults(
     world: Path,
-    out: Path,
+    out: StoragePath,
     *,
     seed: int = 0,
     address: str | None = None,

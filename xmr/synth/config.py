@@ -17,7 +17,7 @@ from typing import Any
 
 from xmr import __version__
 from xmr.biaug import ProposalFilter
-from xmr.data.registry import DATASETS
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.detection import DEFAULT_DETECTOR, DETECTOR_BACKENDS, check_detector
 from xmr.llm import LLMSpec
 from xmr.options import (
@@ -33,6 +33,7 @@ from xmr.options import (
 from xmr.pretrained import local_model_dir
 from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
+from xmr.storage import StoragePath
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 
 MODES = ("removal", "biaug")
@@ -65,7 +66,9 @@ class SynthConfig:
 
     mode: str = option("removal", " | ".join(MODES))
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
+    data: StoragePath | None = option(
+        None, "Dataset folder, a path or s3://…; default: the embedded ToyWorld."
+    )
     split: str = option("train", "Split to synthesize from.")
     limit: int | None = option(None, "Only the first N images (by image id).", ge=1)
     alpha1: float = option(0.4, "Max share of a kept class hidden.", gt=0, le=1)
@@ -150,6 +153,7 @@ class SynthConfig:
         except (FileNotFoundError, ValueError, ModuleNotFoundError) as exc:
             raise type(exc)(f"--detector-model: {exc}") from exc
         resolve_paths(self)
+        check_data_root(self.dataset, self.data)
         if self.sd_resolution % 8:
             raise ValueError(f"--sd-resolution must be a multiple of 8, got {self.sd_resolution}")
         if self.mode == "biaug":
@@ -218,7 +222,11 @@ class SynthConfig:
 class SynthRuntime:
     """Where and how the build runs. Actor counts of ``None`` are chosen from the cluster."""
 
-    out: Path | None = option(None, f"Output folder (default {DEFAULT_OUT}/<dataset>-<split>).")
+    out: StoragePath | None = option(
+        None,
+        "Output folder: a local or shared path, or s3://bucket/folder "
+        f"(default {DEFAULT_OUT}/<dataset>-<split>).",
+    )
     address: str | None = address_option()
     num_cpus: int | None = option(None, "CPUs for a local Ray.", ge=1)
     plan_actors: int | None = option(None, "Planning actors.", ge=1)

@@ -3,8 +3,9 @@
 Planned rows are cut, in plan order, into shards of ``rows_per_shard``. A shard is committed by
 writing its failed rows to ``shard_errors/part-N.parquet`` and then its pairs to
 ``data/part-N.parquet``, each through a temporary file and a rename: a shard's data file exists
-only when the whole shard is on disk, so a rerun redoes exactly the shards without one. The
-format itself (schemas, reader) lives in :mod:`xmr.data.synthetic`.
+only when the whole shard is on disk, so a rerun redoes exactly the shards without one. In an
+object store (``--out s3://…``) each file is one upload instead, which appears whole or not at
+all. The format itself (schemas, reader) lives in :mod:`xmr.data.synthetic`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xmr.data.errors import DataError
-from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA
+from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA, read_parquet
 from xmr.pipeline.stage import Batch
+from xmr.storage import ObjectPath, StoragePath, filesystem_and_path
 from xmr.synth.rows import PlannedRow
 
 PLAN = "plan.parquet"
@@ -53,30 +55,64 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write_table_atomic(table: pa.Table, path: Path, metadata: dict[str, str] | None = None) -> None:
-    """Write a Parquet file through a temporary file and a rename (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_table_atomic(
+    table: pa.Table, path: StoragePath, metadata: dict[str, str] | None = None
+) -> None:
+    """Write a Parquet file that is never seen half-written: locally through a temporary file
+    and a rename; in an object store as one upload of the finished file."""
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    if isinstance(path, ObjectPath):
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, row_group_size=64)
+        path.write_bytes(buffer.getvalue().to_pybytes())
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     pq.write_table(table, tmp, row_group_size=64)
     os.replace(tmp, path)
 
 
-def write_json_atomic(data: dict, path: Path) -> None:
-    """Write JSON through a temporary file and a rename."""
+def write_json_atomic(data: dict, path: StoragePath) -> None:
+    """Write JSON through a temporary file and a rename (an object store: one upload)."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    if isinstance(path, ObjectPath):
+        path.write_text(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def check_out_dir(out: Path) -> None:
-    """Refuse an output folder that holds anything but an xmr synth build.
+def check_bucket(out: ObjectPath, flag: str = "--out") -> None:
+    """Refuse an object-store folder whose bucket does not exist or cannot be reached.
 
     Raises:
-        DataError: ``out`` is a file, or a non-empty folder with files of its own.
+        DataError: one line naming ``flag`` (before anything is planned or Ray starts).
     """
+    bucket = out.path.split("/", 1)[0]
+    try:
+        found = out.filesystem.get_file_info(bucket).type.name != "NotFound"
+    except (OSError, pa.ArrowException) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{flag} {out}: cannot reach {out.scheme}://{bucket} ({reason})") from None
+    if not found:
+        raise DataError(
+            f"{flag} {out}: bucket {out.scheme}://{bucket} does not exist (create it first)"
+        )
+
+
+def check_out_dir(out: StoragePath) -> None:
+    """Refuse an output folder that holds anything but an xmr synth build (in an object store:
+    also one whose bucket does not exist).
+
+    Raises:
+        DataError: ``out`` is a file, or a non-empty folder with files of its own, or its
+            bucket does not exist or cannot be reached.
+    """
+    if isinstance(out, ObjectPath):
+        check_bucket(out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out} is a file, not a folder")
     if out.is_dir():
@@ -129,31 +165,31 @@ def error_table(errors: Iterable[dict]) -> pa.Table:
     return pa.Table.from_pylist(list(errors), schema=ERROR_SCHEMA)
 
 
-def read_plan(out: Path) -> tuple[list[PlannedRow], pa.Table, dict[str, str]] | None:
+def read_plan(out: StoragePath) -> tuple[list[PlannedRow], pa.Table, dict[str, str]] | None:
     """The saved plan (rows, plan-stage errors, metadata), or None when there is none yet."""
     path = out / PLAN
     if not path.is_file():
         return None
-    table = pq.read_table(path)
+    table = read_parquet(path)
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     rows = [PlannedRow.from_dict(r) for r in table.to_pylist()]
-    errors = pq.read_table(out / PLAN_ERRORS, schema=ERROR_SCHEMA)
+    errors = read_parquet(out / PLAN_ERRORS, schema=ERROR_SCHEMA)
     return rows, errors, metadata
 
 
 def save_plan(
-    out: Path, rows: Sequence[PlannedRow], errors: pa.Table, metadata: dict[str, str]
+    out: StoragePath, rows: Sequence[PlannedRow], errors: pa.Table, metadata: dict[str, str]
 ) -> None:
     """Save the plan; its errors first, so that a plan file implies its errors file."""
     write_table_atomic(errors, out / PLAN_ERRORS)
     write_table_atomic(plan_table(rows), out / PLAN, metadata)
 
 
-def shard_path(out: Path, index: int) -> Path:
+def shard_path(out: StoragePath, index: int) -> StoragePath:
     return out / DATA_DIR / f"part-{index:05d}.parquet"
 
 
-def shard_errors_path(out: Path, index: int) -> Path:
+def shard_errors_path(out: StoragePath, index: int) -> StoragePath:
     return out / SHARD_ERRORS_DIR / f"part-{index:05d}.parquet"
 
 
@@ -162,7 +198,7 @@ def split_shards(keys: Sequence[str], rows_per_shard: int) -> list[list[str]]:
     return [list(keys[i : i + rows_per_shard]) for i in range(0, len(keys), rows_per_shard)]
 
 
-def finished_shards(out: Path, shards: Sequence[Sequence[str]]) -> set[int]:
+def finished_shards(out: StoragePath, shards: Sequence[Sequence[str]]) -> set[int]:
     """Indices of shards already committed, each checked against the plan.
 
     Raises:
@@ -174,10 +210,10 @@ def finished_shards(out: Path, shards: Sequence[Sequence[str]]) -> set[int]:
         path = shard_path(out, index)
         if not path.is_file():
             continue
-        found = pq.read_table(path, columns=["key"])["key"].to_pylist()
+        found = read_parquet(path, columns=["key"])["key"].to_pylist()
         errors_path = shard_errors_path(out, index)
         if errors_path.is_file():
-            found += pq.read_table(errors_path, columns=["key"])["key"].to_pylist()
+            found += read_parquet(errors_path, columns=["key"])["key"].to_pylist()
         if sorted(found) != sorted(keys):
             raise DataError(
                 f"{path} does not hold the rows this plan gives shard {index}; "
@@ -199,24 +235,32 @@ def finished_shards(out: Path, shards: Sequence[Sequence[str]]) -> set[int]:
 
 
 def commit_shard(
-    out: Path, index: int, rows: list[dict], errors: list[dict], schema: pa.Schema = ROW_SCHEMA
+    out: StoragePath,
+    index: int,
+    rows: list[dict],
+    errors: list[dict],
+    schema: pa.Schema = ROW_SCHEMA,
 ) -> None:
     """Write one shard: its errors, then its pairs (``schema`` dicts, in plan order)."""
     write_table_atomic(error_table(errors), shard_errors_path(out, index))
     write_table_atomic(pa.Table.from_pylist(rows, schema=schema), shard_path(out, index))
 
 
-def merge_errors(out: Path, shard_count: int) -> pa.Table:
+def merge_errors(out: StoragePath, shard_count: int) -> pa.Table:
     """``errors.parquet``: the plan's errors then every shard's, in plan order."""
-    tables = [pq.read_table(out / PLAN_ERRORS, schema=ERROR_SCHEMA)]
+    tables = [read_parquet(out / PLAN_ERRORS, schema=ERROR_SCHEMA)]
     tables += [
-        pq.read_table(shard_errors_path(out, i), schema=ERROR_SCHEMA) for i in range(shard_count)
+        read_parquet(shard_errors_path(out, i), schema=ERROR_SCHEMA) for i in range(shard_count)
     ]
     merged = pa.concat_tables(tables)
     write_table_atomic(merged, out / ERRORS)
     return merged
 
 
-def count_written(out: Path, shard_count: int) -> int:
+def count_written(out: StoragePath, shard_count: int) -> int:
     """Pairs across all committed shards (read from the Parquet footers only)."""
-    return sum(pq.ParquetFile(shard_path(out, i)).metadata.num_rows for i in range(shard_count))
+    total = 0
+    for index in range(shard_count):
+        filesystem, where = filesystem_and_path(shard_path(out, index))
+        total += pq.read_metadata(where, filesystem=filesystem).num_rows
+    return total

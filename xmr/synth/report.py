@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
 import textwrap
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from rich.console import Console
@@ -14,13 +15,14 @@ from rich.table import Table
 
 from xmr.data.errors import DataError
 from xmr.data.images import decode_image, load_image
-from xmr.data.synthetic import MANIFEST, synthetic_mode, synthetic_shards
+from xmr.data.synthetic import MANIFEST, read_parquet, synthetic_mode, synthetic_shards
 from xmr.llm import LLMSpec
 from xmr.removal.planning import box_mask
+from xmr.storage import StoragePath
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
-from xmr.tracking import experiment_name, start_run
+from xmr.tracking import TrackedRun, experiment_name, start_run
 
 SAMPLES = "samples.png"
 
@@ -53,39 +55,39 @@ def print_summary(result: SynthResult, console: Console | None = None) -> None:
     (console or Console()).print(table)
 
 
-def _sample_rows(out: Path, count: int, seed: int) -> list[dict]:
+def _sample_rows(out: StoragePath, count: int, seed: int) -> list[dict]:
     """``count`` written rows chosen with ``seed``, with their source image paths."""
     shards = synthetic_shards(out)
     if not shards:
         return []
-    keys = [(s, k) for s in shards for k in pq.read_table(s, columns=["key"])["key"].to_pylist()]
+    keys = [(s, k) for s in shards for k in read_parquet(s, columns=["key"])["key"].to_pylist()]
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(keys), size=min(count, len(keys)), replace=False))
-    wanted: dict[Path, set[str]] = {}
+    wanted: dict[StoragePath, set[str]] = {}
     for i in chosen:
         wanted.setdefault(keys[i][0], set()).add(keys[i][1])
-    plan = pq.read_table(out / PLAN, columns=["key", "path"]).to_pydict()
+    plan = read_parquet(out / PLAN, columns=["key", "path"]).to_pydict()
     paths = dict(zip(plan["key"], plan["path"], strict=True))
     rows = []
     for shard, shard_keys in wanted.items():
-        for row in pq.read_table(shard, filters=[("key", "in", sorted(shard_keys))]).to_pylist():
+        for row in read_parquet(shard, filters=[("key", "in", sorted(shard_keys))]).to_pylist():
             rows.append({**row, "path": paths[row["key"]]})
     return rows
 
 
-def _biaug_sample_groups(out: Path, count: int, seed: int) -> list[tuple[dict, dict, str]]:
+def _biaug_sample_groups(out: StoragePath, count: int, seed: int) -> list[tuple[dict, dict, str]]:
     """``count`` written hard-negative pairs chosen with ``seed``: (positive, negative, source
     image path) each."""
     pairs: dict[str, dict[str, dict]] = {}
     for shard in synthetic_shards(out):
-        for row in pq.read_table(shard).to_pylist():
+        for row in read_parquet(shard).to_pylist():
             pairs.setdefault(row["group_id"], {})[row["role"]] = row
     complete = sorted(g for g, roles in pairs.items() if len(roles) == 2)
     if not complete:
         return []
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(complete), size=min(count, len(complete)), replace=False))
-    plan = pq.read_table(out / PLAN, columns=["key", "path"]).to_pydict()
+    plan = read_parquet(out / PLAN, columns=["key", "path"]).to_pydict()
     paths = dict(zip(plan["key"], plan["path"], strict=True))
     return [
         (pairs[complete[i]]["positive"], pairs[complete[i]]["negative"], paths[complete[i]])
@@ -93,7 +95,17 @@ def _biaug_sample_groups(out: Path, count: int, seed: int) -> list[tuple[dict, d
     ]
 
 
-def _save_biaug_grid(out: Path, path: Path, count: int, seed: int) -> Path | None:
+def _save_figure(fig: Figure, path: StoragePath) -> StoragePath:
+    """Save ``fig`` at ``path`` (its format from the suffix), locally or in an object store."""
+    image = BytesIO()
+    fig.savefig(image, format=path.suffix.lstrip(".") or "png", dpi=90)
+    path.write_bytes(image.getvalue())
+    return path
+
+
+def _save_biaug_grid(
+    out: StoragePath, path: StoragePath, count: int, seed: int
+) -> StoragePath | None:
     """source (box outlined) | positive | hard negative, with their captions."""
     groups = _biaug_sample_groups(out, count, seed)
     if not groups:
@@ -118,13 +130,15 @@ def _save_biaug_grid(out: Path, path: Path, count: int, seed: int) -> Path | Non
                          color="red")  # fmt: skip
     fig.suptitle("BiAug D′ samples: source (edited box) | positive | hard negative")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (3.2 * len(groups))))
-    fig.savefig(path, dpi=90)
-    return path
+    return _save_figure(fig, path)
 
 
-def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) -> Path | None:
+def save_sample_grid(
+    out: StoragePath, path: StoragePath, *, count: int = 6, seed: int = 0
+) -> StoragePath | None:
     """original | mask | filled, with the caption before and after, for ``count`` rows
-    (BiAug builds: source | positive | hard negative, for ``count`` pairs)."""
+    (BiAug builds: source | positive | hard negative, for ``count`` pairs), saved at ``path``
+    (a local path or an object store's)."""
     if synthetic_mode(out) == "biaug":
         return _save_biaug_grid(out, path, count, seed)
     rows = _sample_rows(out, count, seed)
@@ -146,8 +160,7 @@ def save_sample_grid(out: Path, path: Path, *, count: int = 6, seed: int = 0) ->
         ax_new.set_title(textwrap.shorten(f"→ {row['caption']}", 60), fontsize=8, color="green")
     fig.suptitle("D′ samples: original | removed region | synthetic (caption before → after)")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (3.2 * len(rows))))
-    fig.savefig(path, dpi=90)
-    return path
+    return _save_figure(fig, path)
 
 
 def log_to_mlflow(
@@ -187,7 +200,19 @@ def log_to_mlflow(
             {f"biaug/{k}": v for k, v in m.get("statistics", {}).items() if not isinstance(v, bool)}
         )
         run.log_metrics({k: float(v) for k, v in metrics.items()})
-        run.log_artifact(result.out / MANIFEST)
+        _log_file(run, result.out / MANIFEST)
         if (result.out / SAMPLES).is_file():
-            run.log_artifact(result.out / SAMPLES)
+            _log_file(run, result.out / SAMPLES)
         return run.run_id
+
+
+def _log_file(run: TrackedRun, path: StoragePath) -> None:
+    """Log the file at ``path`` as an artifact of ``run`` (from an object store: through a
+    local copy, since MLflow logs local files)."""
+    if isinstance(path, Path):
+        run.log_artifact(path)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        local = Path(folder) / path.name
+        local.write_bytes(path.read_bytes())
+        run.log_artifact(local)

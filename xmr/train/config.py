@@ -17,6 +17,7 @@ from typing import Any
 from xmr.models import ModelSpec
 from xmr.models.losses import LossConfig
 from xmr.options import check_options, resolve_paths
+from xmr.storage import StoragePath, storage_path
 from xmr.train.options import DEFAULT_STORAGE, TrainOptions
 
 OPTIMIZERS = ("adam", "adamw")
@@ -105,7 +106,9 @@ class TrainConfig:
     ``batch_size`` is global: each of the ``workers`` data-parallel workers takes
     ``batch_size // workers`` pairs per step. ``model.checkpoint`` (``--init``) is the
     checkpoint training starts from. Paths are made absolute (the Ray Train workers run in
-    other folders); values are checked against the bounds :class:`TrainOptions` declares.
+    other folders); ``storage``, ``synth`` and the checkpoint may be object-store URIs
+    (:class:`~xmr.storage.ObjectPath`). Values are checked against the bounds
+    :class:`TrainOptions` declares.
     """
 
     model: ModelSpec
@@ -115,7 +118,7 @@ class TrainConfig:
     dataset: str = "toyworld"
     data: Path | None = None  # None: the embedded default ToyWorld
     split: str = "train"
-    synth: Path | None = None  # a finished D′ build (`xmr synth --out`)
+    synth: StoragePath | None = None  # a finished D′ build (`xmr synth --out`)
     synth_ratio: float | None = None  # |D′ sample| / |D|; None: all of D′
     hard_negatives: bool = True  # a BiAug D′'s pairs share a batch (xmr.train.batching)
     synth_only: bool = False  # train on the D′ sample alone (the ablation "D′ without D")
@@ -130,7 +133,7 @@ class TrainConfig:
     cpus_per_worker: int = 1
     max_failures: int = 2
     name: str = ""  # "" -> family-arch-dataset-<config hash>
-    storage: Path = DEFAULT_STORAGE
+    storage: StoragePath = DEFAULT_STORAGE
 
     def __post_init__(self) -> None:
         check_options(self, TrainOptions)
@@ -185,8 +188,9 @@ class TrainConfig:
         data["model"] = ModelSpec(**data["model"])
         data["optim"] = OptimConfig(**data["optim"])
         data["loss"] = LossConfig(**data["loss"])
-        for key in ("data", "synth", "storage"):
-            data[key] = None if data[key] is None else Path(data[key])
+        data["data"] = None if data["data"] is None else Path(data["data"])
+        for key in ("synth", "storage"):
+            data[key] = None if data[key] is None else storage_path(data[key])
         data["ks"] = tuple(data["ks"])
         return cls(**data)
 
@@ -222,7 +226,7 @@ def resolve_config(
     *,
     arch: str | None = None,
     pretrained: str | None = None,
-    init: Path | None = None,
+    init: StoragePath | None = None,
     epochs: int | None = None,
     batch_size: int | None = None,
     lr: float | None = None,

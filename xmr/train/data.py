@@ -18,7 +18,6 @@ import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +32,7 @@ from xmr.eval.protocol import record_gender
 from xmr.metrics.gender_bias import gender_codes
 from xmr.models.base import Corpus, RetrievalModel
 from xmr.models.batch import TrainBatch
+from xmr.storage import StoragePath
 from xmr.text.gender import caption_gender
 from xmr.train.batching import groups_of
 
@@ -130,9 +130,10 @@ def sample_groups(group_ids: Sequence[str], count: int | None, seed: int) -> np.
 
 
 def synthetic_pairs(
-    root: Path, count: int | None, seed: int, genders: Mapping[int, str]
+    root: StoragePath, count: int | None, seed: int, genders: Mapping[int, str]
 ) -> tuple[pa.Table, int, str, str]:
-    """A seeded sample of ``count`` pairs of the D′ build at ``root`` (all when ``None``).
+    """A seeded sample of ``count`` pairs of the D′ build at ``root`` (a folder or an object
+    store's prefix; all pairs when ``count`` is ``None``).
 
     ``genders`` maps source image ids to their gender; a synthetic image keeps its source's
     gender unless its persons were removed (then it is neutral). A BiAug D′ is sampled by
@@ -181,7 +182,7 @@ def synthetic_pairs(
     return pa.table(rows, schema=PAIR_SCHEMA), available, digest, mode
 
 
-def _pair_ids(root: Path, group_ids: Sequence[str]) -> list[str]:
+def _pair_ids(root: StoragePath, group_ids: Sequence[str]) -> list[str]:
     """The group ids of a BiAug D′'s rows, "" for a row whose partner is absent (it trains
     as a row of no pair).
 
@@ -202,7 +203,7 @@ def _pair_ids(root: Path, group_ids: Sequence[str]) -> list[str]:
 
 def training_data(
     records: Sequence[ImageRecord],
-    synth: Path | None = None,
+    synth: StoragePath | None = None,
     synth_ratio: float | None = None,
     seed: int = 0,
     synth_only: bool = False,
@@ -216,7 +217,7 @@ def training_data(
         raise ValueError(f"--synth-ratio must be >= 0, got {synth_ratio}")
     count = None if synth_ratio is None else round(synth_ratio * original.num_rows)
     genders = {record.image_id: record_gender(record) for record in records}
-    synthetic, available, digest, mode = synthetic_pairs(Path(synth), count, seed, genders)
+    synthetic, available, digest, mode = synthetic_pairs(synth, count, seed, genders)
     if synth_only:
         return TrainingData(synthetic, 0, synthetic.num_rows, available, digest, mode)
     table = pa.concat_tables([original, synthetic])

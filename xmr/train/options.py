@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from xmr.data.registry import DATASETS
 from xmr.options import check_options, option, resolve_paths
+from xmr.storage import StoragePath
 
 if TYPE_CHECKING:
     from xmr.train.config import TrainConfig
@@ -33,7 +34,9 @@ class TrainOptions:
     dataset: str = option("toyworld", " | ".join(DATASETS))
     data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
     split: str = option("train", "Training split.")
-    synth: Path | None = option(None, "A D′ folder from `xmr synth` to train on D ∪ D′.")
+    synth: StoragePath | None = option(
+        None, "A D′ folder (path or s3://…) from `xmr synth` to train on D ∪ D′."
+    )
     synth_ratio: float | None = option(None, "D′ pairs per pair of D (default: all of D′).", ge=0)
     hard_negatives: bool = option(
         True,
@@ -52,9 +55,13 @@ class TrainOptions:
     workers: int = option(1, "Data-parallel training workers.", ge=1)
     gpus_per_worker: float = option(0.0, "GPUs per worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per worker.", ge=1)
-    init: Path | None = option(None, "Start from this checkpoint (e.g. a D-only run's).")
+    init: StoragePath | None = option(
+        None, "Start from this checkpoint, a path or s3://… (e.g. a D-only run's)."
+    )
     name: str | None = option(None, "Run name (default: family-arch-dataset-<config hash>).")
-    storage: Path = option(DEFAULT_STORAGE, "Folder of runs and checkpoints.")
+    storage: StoragePath = option(
+        DEFAULT_STORAGE, "Folder of runs and checkpoints: a path, or s3://… on a cluster."
+    )
     seed: int = option(0, "Seed of init, shuffling and sampling.", ge=0)
     eval_every: int = option(
         0, "Evaluate on the val split every N epochs (0: only at the end).", ge=0

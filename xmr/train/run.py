@@ -1,7 +1,9 @@
 """``xmr train``: build the training table, run :func:`~xmr.train.loop.train_loop` on a
 ``TorchTrainer``, and log the run to MLflow.
 
-Layout of a run under ``storage/name``::
+Layout of a run under ``storage/name`` (a local or shared folder, or an object store's
+``s3://bucket/prefix``: Ray Train writes its checkpoints there through pyarrow, the exports and
+the record are written beside them)::
 
     epoch_NNNN/          Ray Train checkpoints (model.pt + train_state.pt), the latest two kept
     last.pt              the final weights (``xmr eval --checkpoint``)
@@ -35,6 +37,7 @@ from xmr.data.default_world import default_toyworld
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal
+from xmr.storage import ObjectPath, StoragePath
 from xmr.text import require_tagger
 from xmr.tracking import (
     TrackedRun,
@@ -61,9 +64,9 @@ class TrainResult:
     """The outcome of :func:`train`: final metrics (MLflow names), where the weights are."""
 
     metrics: dict[str, float]
-    run_dir: Path
-    last_checkpoint: Path
-    best_checkpoint: Path | None
+    run_dir: StoragePath
+    last_checkpoint: StoragePath
+    best_checkpoint: StoragePath | None
     mlflow_run_id: str
     data: TrainingData
     experiment: str  # the MLflow experiment of the run
@@ -76,7 +79,7 @@ class MlflowReporter(ray.train.UserCallback):
     store.
     """
 
-    def __init__(self, run: TrackedRun, run_dir: Path) -> None:
+    def __init__(self, run: TrackedRun, run_dir: StoragePath) -> None:
         self.run = run
         self.run_dir = run_dir
 
@@ -92,21 +95,32 @@ class MlflowReporter(ray.train.UserCallback):
             timestamp_ms=0,
         )
         if checkpoint is not None:
-            with checkpoint.as_directory() as directory:
-                _copy_atomic(Path(directory) / MODEL_FILE, self.run_dir / "last.pt")
-                if values.get("improved"):
-                    _copy_atomic(Path(directory) / MODEL_FILE, self.run_dir / "best.pt")
+            targets = [self.run_dir / "last.pt"]
+            if values.get("improved"):
+                targets.append(self.run_dir / "best.pt")
+            _export(checkpoint, targets)
 
 
-def _copy_atomic(source: Path, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(source, tmp)
-    tmp.replace(target)
+def _export(checkpoint: ray.train.Checkpoint, targets: list[StoragePath]) -> None:
+    """Copy the weights of ``checkpoint`` (persisted in the run's storage) to each of
+    ``targets`` so that readers never see half a file: a local copy is written beside the
+    target and renamed; in an object store the copy is made by the store (the run folder and
+    its checkpoints share a bucket) and appears whole when it completes."""
+    if isinstance(targets[0], ObjectPath):
+        source = f"{checkpoint.path}/{MODEL_FILE}"
+        for target in targets:
+            checkpoint.filesystem.copy_file(source, target.path)
+        return
+    with checkpoint.as_directory() as directory:
+        for target in targets:
+            tmp = target.with_name(f".{target.name}.tmp")
+            shutil.copyfile(Path(directory) / MODEL_FILE, tmp)
+            tmp.replace(target)
 
 
 def _mlflow_run(
     config: TrainConfig,
-    run_dir: Path,
+    run_dir: StoragePath,
     tracking_uri: str,
     tags: dict[str, str],
     experiment: str,
@@ -131,7 +145,7 @@ def _mlflow_run(
     return run
 
 
-def _check_same_config(config: TrainConfig, run_dir: Path) -> None:
+def _check_same_config(config: TrainConfig, run_dir: StoragePath) -> None:
     record = run_dir / RUN_FILE
     if not record.is_file():
         return
@@ -144,7 +158,7 @@ def _check_same_config(config: TrainConfig, run_dir: Path) -> None:
         )
 
 
-def _finished_run(run_dir: Path, tracking_uri: str) -> tuple[dict[str, float], str] | None:
+def _finished_run(run_dir: StoragePath, tracking_uri: str) -> tuple[dict[str, float], str] | None:
     """``(final metrics, MLflow run id)`` of the run that finished training in ``run_dir`` and
     logged to ``tracking_uri``; None when it did not finish (or logged elsewhere)."""
     record = run_dir / RUN_FILE

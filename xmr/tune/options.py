@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.options import check_options, load_yaml, option, resolve_paths
+from xmr.storage import StoragePath
 from xmr.tune.space import SearchSpace, load_space, shipped_spaces
 
 DEFAULT_STORAGE = Path("xmr-tune")
@@ -35,7 +36,7 @@ class TuneOptions:
     name: str | None = option(
         None, "Sweep name; rerunning a name resumes it (default: space-<hash>)."
     )
-    storage: Path = option(DEFAULT_STORAGE, "Folder of sweeps.")
+    storage: StoragePath = option(DEFAULT_STORAGE, "Folder of sweeps: a path, or s3://….")
 
     def __post_init__(self) -> None:
         check_options(self)

@@ -35,6 +35,7 @@ from typing import Any
 from xmr.eval.options import EvalOptions
 from xmr.metrics.direction import find_direction
 from xmr.options import load_yaml, option_fields, path_fields
+from xmr.storage import storage_path
 from xmr.train.options import TrainOptions
 
 COMMANDS = ("train", "eval")
@@ -262,7 +263,7 @@ def absolute_paths(command: str, options: dict[str, Any]) -> dict[str, Any]:
     def absolute(key: str, value: Any) -> Any:
         if key not in paths or value is None or (key == "synth" and value == DEFAULT_SYNTH):
             return value
-        return str(Path(value).expanduser().resolve())
+        return str(storage_path(value))  # an object store's URI stays one
 
     return {key: absolute(key, value) for key, value in options.items()}
 

@@ -1,6 +1,7 @@
 """``xmr tune``: run a :class:`~xmr.tune.space.SearchSpace` on Ray Tune and log it to MLflow.
 
-Layout of a sweep under ``storage/name`` (Ray Tune's experiment folder)::
+Layout of a sweep under ``storage/name`` (Ray Tune's experiment folder: a local or shared
+folder, or an object store's ``s3://bucket/prefix``)::
 
     xmr_sweep.json    the space, the MLflow parent run id (a rerun resumes both)
     runs/             training trials' runs (checkpoints, last.pt), one per trial
@@ -34,6 +35,7 @@ import yaml
 from ray import tune
 
 from xmr.pipeline.ray_executor import init_ray
+from xmr.storage import StoragePath, storage_path
 from xmr.text import require_tagger
 from xmr.tracking import (
     PARENT_TAG,
@@ -70,7 +72,7 @@ class SweepResult:
     experiment: str
     trials: pd.DataFrame
     best: dict[str, Any] | None
-    path: Path
+    path: StoragePath
     artifacts: list[str]
 
     @property
@@ -132,9 +134,11 @@ def _check_dry(space: SearchSpace) -> None:
                 require_tagger()
         else:
             from xmr.eval.config import eval_config
+            from xmr.models.base import checkpoint_path
 
-            if "checkpoint" in options and not Path(options["checkpoint"]).is_file():
-                raise FileNotFoundError(f"checkpoint {options['checkpoint']} does not exist")
+            checkpoint = options.get("checkpoint")
+            if checkpoint is not None and not checkpoint_path(checkpoint).is_file():
+                raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
             if "checkpoint" in options or "pretrained" in options:
                 eval_config(**options)
     except (TypeError, ValueError, FileNotFoundError, LookupError) as exc:
@@ -144,7 +148,7 @@ def _check_dry(space: SearchSpace) -> None:
 def _parent_run(
     space: SearchSpace,
     name: str,
-    sweep_dir: Path,
+    sweep_dir: StoragePath,
     uri: str,
     experiment: str,
     job_run_id: str | None,
@@ -199,7 +203,7 @@ def _parent_run(
 
 
 def _prepare_inputs(
-    space: SearchSpace, sweep_dir: Path, name: str, uri: str, address: str | None
+    space: SearchSpace, sweep_dir: StoragePath, name: str, uri: str, address: str | None
 ) -> SearchSpace:
     """Build what the space leaves to xmr: D′ for ``synth: default``, the model an eval sweep
     evaluates when it names none (``base_model``, trained with ``xmr train``)."""
@@ -318,7 +322,7 @@ def run_sweep(
     space: SearchSpace,
     *,
     name: str | None = None,
-    storage: Path = DEFAULT_STORAGE,
+    storage: StoragePath = DEFAULT_STORAGE,
     address: str | None = None,
     tracking_uri: str | None = None,
     max_concurrent: int | None = None,
@@ -336,7 +340,7 @@ def run_sweep(
     """
     _check_dry(space)
     name = name or default_sweep_name(space)
-    sweep_dir = (Path(storage) / name).resolve()
+    sweep_dir = (storage_path(storage) / name).resolve()
     uri = resolve_tracking_uri(tracking_uri)
     experiment = experiment or experiment_name("tune", space.name)
     parent = _parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
@@ -365,7 +369,7 @@ def run_sweep(
 def _run_trials(
     space: SearchSpace,
     name: str,
-    sweep_dir: Path,
+    sweep_dir: StoragePath,
     experiment: str,
     parent: TrackedRun,
     address: str | None,
@@ -390,7 +394,7 @@ def _run_trials(
     trainable = _trainable(space, context, address)
     param_space = {**space.fixed, **{k: _tune_domain(d) for k, d in space.params.items()}}
     concurrency = max_concurrent or space.max_concurrent or _default_concurrency(space)
-    if tune.Tuner.can_restore(sweep_dir):
+    if tune.Tuner.can_restore(str(sweep_dir)):
         print(f"resuming sweep {name} from {sweep_dir}")
         tuner = tune.Tuner.restore(
             str(sweep_dir), trainable, resume_errored=False, param_space=param_space

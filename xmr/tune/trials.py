@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ray import tune
 
+from xmr.storage import StoragePath
 from xmr.tracking import (
     RUN_NAME_TAG,
     TrackedRun,
@@ -41,7 +41,7 @@ class SweepContext:
     experiment: str
     parent_run_id: str
     tracking_uri: str
-    runs_dir: Path  # training trials' run folders
+    runs_dir: StoragePath  # training trials' run folders
     swept: tuple[str, ...]  # the swept option names (for run names)
     objective: str
     objective_abs: bool
