@@ -19,8 +19,8 @@ PACKAGE = REPO / "xmr"
 LAYERS = (
     "xmr",  # xmr/__init__.py: the version
     "pretrained",
-    "tracking",
     "storage",  # xmr/storage.py: local paths and object-store URIs (pyarrow filesystems)
+    "tracking",
     "options",  # xmr/options.py: command-line options on dataclasses (typer only)
     "progress",  # xmr/progress.py: console progress, bars on a terminal, lines in a log (tqdm)
     "removal",

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xmr.options import option, resolve_paths
-from xmr.storage import ObjectPath, StoragePath, is_uri, storage_path
+from xmr.storage import ObjectPath, StoragePath, check_bucket, is_uri, storage_path
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,10 @@ def test_object_path_writes_reads_lists_and_moves(s3_bucket):
     (root / "d.txt").unlink()
     (root / "d.txt").unlink(missing_ok=True)
     assert not (root / "d.txt").exists()
+
+
+def test_a_missing_bucket_is_refused_with_the_flag_named(s3_bucket):
+    check_bucket(storage_path(f"{s3_bucket}/runs"), "--storage")  # there: nothing to say
+    check_bucket(Path("runs"), "--storage")  # local: nothing to check
+    with pytest.raises(ValueError, match=r"^--storage s3://xmr-nope/runs: bucket s3://xmr-nope "):
+        check_bucket(storage_path("s3://xmr-nope/runs"), "--storage")

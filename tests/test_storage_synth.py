@@ -44,7 +44,7 @@ def test_shards_commit_and_resume_in_an_object_store(s3_bucket) -> None:
     (out.parent / "foreign.txt").write_text("not ours")
     with pytest.raises(DataError, match=r"^--out s3://.* is not empty"):
         check_out_dir(out.parent)
-    with pytest.raises(DataError, match=r"^--out s3://xmr-missing-bucket/x: bucket .* not exist"):
+    with pytest.raises(ValueError, match=r"^--out s3://xmr-missing-bucket/x: bucket .* not exist"):
         check_out_dir(ObjectPath("s3://xmr-missing-bucket/x"))
 
 

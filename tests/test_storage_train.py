@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import mlflow
+import pyarrow.fs as pafs
 import pytest
 
 from xmr.models import ModelSpec, create_model
@@ -31,15 +32,18 @@ def _xmr(args: list[str], cwd, env: dict[str, str]) -> None:
 def test_xmr_train_to_s3_then_eval_its_checkpoint_from_s3(
     s3, s3_bucket, small_toyworld, tmp_path, capsys
 ):
-    """A training run whose storage is a bucket writes its checkpoints, ``last.pt`` and record
-    there (nothing under a local ``s3:`` folder); the weights load from the URI, MLflow's tag
-    holds it, the same config again reuses the finished run, and ``xmr eval`` scores the
-    checkpoint in the bucket (its Ray actors read it there)."""
+    """A training run whose data and storage are in a bucket reads its images from there
+    (in the Ray Train worker) and writes its checkpoints, ``last.pt`` and record there (nothing
+    under a local ``s3:`` folder); the weights load from the URI, MLflow's tag holds it, the
+    same config again reuses the finished run, and ``xmr eval`` scores the checkpoint in the
+    bucket on the world in the bucket (its Ray actors read both there)."""
     env = {**os.environ, **s3.env, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
+    world = ObjectPath(f"{s3_bucket}/world")
+    pafs.copy_files(str(small_toyworld), world.path, destination_filesystem=world.filesystem)
     storage = f"{s3_bucket}/runs"
     # The 4-image val split as training data: one step, the run's files are what matters here.
-    _xmr(["train", "--dataset", "toyworld", "--data", str(small_toyworld), "--split", "val",
+    _xmr(["train", "--dataset", "toyworld", "--data", str(world), "--split", "val",
           "--epochs", "1", "--batch-size", "16", "--eval-every", "1", "--storage", storage,
           "--name", "clip", "--tracking-uri", "sqlite:///mlflow.db"], tmp_path, env)  # fmt: skip
 
@@ -58,14 +62,14 @@ def test_xmr_train_to_s3_then_eval_its_checkpoint_from_s3(
     assert run.info.status == "FINISHED" and run.data.tags["xmr.checkpoint"] == str(last)
     assert run.data.tags["xmr.best_checkpoint"] == str(run_dir / "best.pt")
 
-    config = resolve_config("clip", data=small_toyworld, split="val", epochs=1, batch_size=16,
+    config = resolve_config("clip", data=world, split="val", epochs=1, batch_size=16,
                             eval_every=1, storage=storage, name="clip")  # fmt: skip
     again = train(config, tracking_uri=uri)  # finished: reused from the bucket, without Ray
     assert "its results are reused" in capsys.readouterr().out
     assert again.mlflow_run_id == run.info.run_id and again.last_checkpoint == last
     assert again.best_checkpoint == run_dir / "best.pt"
 
-    _xmr(["eval", "--dataset", "toyworld", "--data", str(small_toyworld), "--checkpoint",
+    _xmr(["eval", "--dataset", "toyworld", "--data", str(world), "--checkpoint",
           str(last), "--metrics", "recall", "--actors", "1", "--batch-size", "32",
           "--output", "metrics.json", "--tracking-uri", "sqlite:///mlflow.db"],
          tmp_path, env)  # fmt: skip

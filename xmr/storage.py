@@ -206,3 +206,49 @@ def filesystem_and_path(target: StoragePath) -> tuple[pafs.FileSystem | None, st
     if isinstance(target, ObjectPath):
         return target.filesystem, target.path
     return None, str(target)
+
+
+def put_folder(local: Path, target: StoragePath) -> None:
+    """Move the finished local folder ``local`` to ``target``: a rename when ``target`` is local
+    (the same filesystem), else an upload of every file (pyarrow's ``copy_files``) and the
+    local folder removed."""
+    if not isinstance(target, ObjectPath):
+        local.replace(target)
+        return
+    import shutil
+
+    import pyarrow.fs as pafs
+
+    pafs.copy_files(
+        str(local),
+        target.path,
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=target.filesystem,
+    )
+    shutil.rmtree(local)
+
+
+def check_bucket(target: StoragePath, flag: str) -> None:
+    """Refuse an object-store path whose bucket does not exist or cannot be reached (a local
+    path passes): for commands to call before they plan anything or start Ray, as a write into
+    a missing bucket fails only at its first upload.
+
+    Raises:
+        ValueError: one line naming ``flag``.
+    """
+    if not isinstance(target, ObjectPath):
+        return
+    import pyarrow as pa
+
+    bucket = target.path.split("/", 1)[0]
+    try:
+        found = target.filesystem.get_file_info(bucket).type.name != "NotFound"
+    except (OSError, pa.ArrowException) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(
+            f"{flag} {target}: cannot reach {target.scheme}://{bucket} ({reason})"
+        ) from None
+    if not found:
+        raise ValueError(
+            f"{flag} {target}: bucket {target.scheme}://{bucket} does not exist (create it first)"
+        )

@@ -21,12 +21,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from xmr.storage import StoragePath, is_uri, storage_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,9 +145,17 @@ class TrackedRun:
     def set_tag(self, key: str, value: str) -> None:
         _client(self.tracking_uri).set_tag(self.run_id, key, value)
 
-    def log_artifact(self, path: Path | str) -> None:
-        """Copy the file at ``path`` into the run's artifacts (under its own name)."""
-        _client(self.tracking_uri).log_artifact(self.run_id, str(path))
+    def log_artifact(self, path: StoragePath | str) -> None:
+        """Copy the file at ``path`` into the run's artifacts (under its own name); a file in
+        an object store goes through a local copy, as MLflow logs local files."""
+        if not is_uri(path):
+            _client(self.tracking_uri).log_artifact(self.run_id, str(path))
+            return
+        source = storage_path(path)
+        with tempfile.TemporaryDirectory() as folder:
+            local = Path(folder) / source.name
+            local.write_bytes(source.read_bytes())
+            _client(self.tracking_uri).log_artifact(self.run_id, str(local))
 
     def log_text(self, text: str, artifact_file: str) -> None:
         _client(self.tracking_uri).log_text(self.run_id, text, artifact_file)

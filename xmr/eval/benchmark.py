@@ -34,6 +34,7 @@ from xmr.eval.config import EvalConfig
 from xmr.eval.encode import Encoder
 from xmr.eval.protocol import ImageQuery
 from xmr.models import RetrievalModel, check_spec
+from xmr.storage import is_uri
 
 BENCHMARKS = ("aro", "sugarcrepe", "toyworld-binding")
 """The values of ``--benchmark``."""
@@ -145,6 +146,11 @@ def run_benchmark(
     """
     if config.data is None:
         raise ValueError(f"--benchmark {benchmark} needs --data, the benchmark's folder")
+    if benchmark != "toyworld-binding" and is_uri(config.data):
+        raise ValueError(
+            f"--data {config.data}: --benchmark {benchmark} reads its files from a local or "
+            "shared filesystem, not an object store"
+        )
     if model is None:
         check_spec(config.model)
     start = time.perf_counter()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from xmr.debias import MI_ESTIMATORS
@@ -27,7 +26,7 @@ class EvalConfig:
 
     model: ModelSpec
     dataset: str = "toyworld"
-    data: Path | None = None  # None: the embedded default ToyWorld
+    data: StoragePath | None = None  # None: the embedded default ToyWorld
     split: str = "test"
     metrics: tuple[str, ...] = METRIC_GROUPS
     ks: tuple[int, ...] = (1, 5, 10)

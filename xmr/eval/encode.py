@@ -15,7 +15,6 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from xmr.eval.protocol import (
 )
 from xmr.models import RetrievalModel, check_spec
 from xmr.pipeline import Resources, run_local
+from xmr.storage import StoragePath, storage_path
 from xmr.text import caption_mentions
 
 
@@ -50,7 +50,7 @@ class EncodedSplit:
     """
 
     config: EvalConfig
-    root: Path
+    root: StoragePath
     records: list[ImageRecord]
     retrieval: RetrievalSet
     odmap: ODmAPSet | None
@@ -116,7 +116,7 @@ def encode(
             issues.append(DataIssue(str(query.path), error))
     timings["total_s"] = time.perf_counter() - start
     return EncodedSplit(
-        config, Path(root), records, retrieval, odmap, bias_texts, genders, image_queries,
+        config, storage_path(root), records, retrieval, odmap, bias_texts, genders, image_queries,
         image_emb, image_errors, text_emb, mi_emb, mi_genders, issues, timings, encoder.device,
     )  # fmt: skip
 
@@ -191,7 +191,7 @@ class Encoder:
 
 
 def _odmap_set(
-    config: EvalConfig, root: Path, records: list[ImageRecord], issues: list[DataIssue]
+    config: EvalConfig, root: StoragePath, records: list[ImageRecord], issues: list[DataIssue]
 ) -> ODmAPSet:
     """ODmAP queries and the all-splits caption gallery (see :mod:`xmr.eval.protocol`)."""
     if config.dataset == "toyworld":
@@ -219,7 +219,9 @@ def _odmap_set(
     )
 
 
-def _mi_records(config: EvalConfig, root: Path, records: list[ImageRecord]) -> list[ImageRecord]:
+def _mi_records(
+    config: EvalConfig, root: StoragePath, records: list[ImageRecord]
+) -> list[ImageRecord]:
     """A seeded sample of at most ``mi_samples`` images of ``mi_split`` (CLIP-clip's MI)."""
     pool = records
     if config.mi_split != config.split:

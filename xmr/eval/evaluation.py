@@ -4,13 +4,13 @@ report and its MLflow run. The command and the jobs' eval steps both run it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from xmr.eval import report
 from xmr.eval.benchmark import BenchmarkResult, run_benchmark
 from xmr.eval.config import EvalConfig
 from xmr.eval.options import BenchmarkOptions
 from xmr.eval.score import EvalResult, evaluate
+from xmr.storage import StoragePath
 from xmr.tracking import experiment_name
 
 
@@ -35,7 +35,7 @@ class Evaluation:
         else:
             report.print_report(self.result, self.config)
 
-    def write_json(self, path: Path) -> Path:
+    def write_json(self, path: StoragePath) -> StoragePath:
         """The metrics JSON (``--output``) at ``path``."""
         return report.write_json(self.result, self.config, path)
 

@@ -27,7 +27,9 @@ class EvalOptions:
     """
 
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
+    data: StoragePath | None = option(
+        None, "Dataset folder, a path or s3://…; default: the embedded ToyWorld."
+    )
     split: str = option("test", "Split to evaluate.")
     model: str | None = option(
         None, "Model family (see `xmr models`); default: the checkpoint's, or clip."

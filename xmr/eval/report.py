@@ -16,6 +16,7 @@ from xmr.eval.benchmark import BenchmarkResult
 from xmr.eval.config import EvalConfig
 from xmr.eval.score import EvalResult, RetrievalExample
 from xmr.metrics import metric_direction
+from xmr.storage import StoragePath
 from xmr.tracking import TrackedRun, experiment_name, start_run
 
 _GROUPS = (
@@ -97,7 +98,9 @@ def save_example_grid(examples: list[RetrievalExample], path: Path) -> Path:
     return path
 
 
-def write_json(result: EvalResult | BenchmarkResult, config: EvalConfig, path: Path) -> Path:
+def write_json(
+    result: EvalResult | BenchmarkResult, config: EvalConfig, path: StoragePath
+) -> StoragePath:
     """The result's JSON (``{"config", "metrics", ...}``) at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.to_json(config), indent=2) + "\n")

@@ -32,6 +32,7 @@ from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_
 from xmr.models import RetrievalModel, create_model
 from xmr.models.registry import default_rerank_k
 from xmr.retrieval import rerank, topk_similarity
+from xmr.storage import StoragePath
 
 
 @dataclass
@@ -53,7 +54,7 @@ class EvalResult:
     counts: dict[str, int]
     skipped: list[DataIssue]
     timings: dict[str, float]
-    data_root: Path
+    data_root: StoragePath
     examples: list[RetrievalExample] = field(default_factory=list)
     clip: ClippedDims | None = None
 

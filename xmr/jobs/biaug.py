@@ -135,7 +135,7 @@ class BiAugJobOptions:
     )
     llm_in_flight: int | None = option(None, "LLM requests open at once per worker.", ge=1)
     llm_timeout: float | None = option(None, "Seconds one LLM request may take.", gt=0)
-    llm_cache: Path | None = option(
+    llm_cache: StoragePath | None = option(
         None, "Folder of the LLM response cache (default: in the D′ folder)."
     )
     llm_device: str | None = option(None, "Device of --llm hf: auto, cpu, cuda, cuda:N.")
@@ -296,7 +296,7 @@ def step_matched_epochs(epochs: int, synth_ratio: float) -> int:
 
 
 def biaug_steps(
-    options: BiAugJobOptions, folder: Path, tags: Mapping[str, str]
+    options: BiAugJobOptions, folder: StoragePath, tags: Mapping[str, str]
 ) -> tuple[list[Step], list[str]]:
     """The experiment's steps with outputs under ``folder`` (``tags`` go on the training runs),
     and the metrics the comparison shows, in order."""

@@ -10,32 +10,38 @@ job's run.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xmr.jobs.options import command_line
 from xmr.jobs.steps import Step, StepContext, StepOutcome
+from xmr.storage import ObjectPath, StoragePath, put_folder
 
 if TYPE_CHECKING:
     from xmr.tune.space import SearchSpace
 
 
 def world_step(
-    out: Path, *, seed: int, config: str | Path | None = None, mode: str | None = None
+    out: StoragePath, *, seed: int, config: str | Path | None = None, mode: str | None = None
 ) -> Step:
     """Generate a ToyWorld into ``out`` (``xmr data toyworld``), so that every node reads the
     same world from the job's folder rather than each its own cache. ``config``: a world YAML
     or a packaged world's name (``binding``); ``mode``: ``scene`` or ``shop`` (default: the
-    config's, else scene)."""
+    config's, else scene). In an object store the world is generated in a local temporary
+    folder, then uploaded."""
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.data.toyworld import generate_world
 
-        partial = out.with_name(f".{out.name}.partial")  # an interrupted run leaves no world
-        shutil.rmtree(partial, ignore_errors=True)
+        if isinstance(out, ObjectPath):
+            partial = Path(tempfile.mkdtemp(prefix="xmr-world-")) / out.name
+        else:  # beside its place, so that an interrupted run leaves no world there
+            partial = out.with_name(f".{out.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
         generate_world(partial, config, mode=mode, seed=seed, progress=True)
-        partial.replace(out)
+        put_folder(partial, out)
         return StepOutcome(outputs={"world": str(out)})
 
     command = command_line(
@@ -148,7 +154,7 @@ def eval_step(
     name: str,
     summary: str,
     values: Mapping[str, Any],
-    output: Path,
+    output: StoragePath,
     benchmark: Mapping[str, Any] | None = None,
 ) -> Step:
     """Evaluate (``xmr eval``) with ``values``, the fields of
@@ -192,7 +198,7 @@ def sweep_step(
     name: str,
     summary: str,
     space: SearchSpace,
-    storage: Path,
+    storage: StoragePath,
     *,
     sweep: str,
     max_concurrent: int | None = None,
@@ -222,7 +228,7 @@ def sweep_step(
             parent_run_id=context.parent_run_id,
         )
         trials = result.path / "trials.csv"
-        result.trials.to_csv(trials, index=False)
+        trials.write_text(result.trials.to_csv(index=False))  # a local file or in a bucket
         failed = len(result.failed)
         if failed == len(result.trials):
             reasons = "; ".join(sorted(set(result.failed["error"].astype(str)))[:3])

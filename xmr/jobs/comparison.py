@@ -65,7 +65,7 @@ def record_comparison(
         [{"metric": row, **{c: metrics[c][row] for c in conditions}} for row in kept]
     )
     path = context.folder / "comparison.csv"
-    frame.to_csv(path, index=False)
+    path.write_text(frame.to_csv(index=False))  # a local file or an object in a bucket
     logged: dict[str, float] = {}
     for row in kept:
         logged.update({f"{prefixes[c]}/{row}": metrics[c][row] for c in conditions})

@@ -139,7 +139,7 @@ def eiclip_job(options: EiClipJobOptions, job: JobOptions) -> Job:
 
 
 def eiclip_steps(
-    options: EiClipJobOptions, folder: Path, tags: Mapping[str, str]
+    options: EiClipJobOptions, folder: StoragePath, tags: Mapping[str, str]
 ) -> tuple[list[Step], dict[str, list[str]]]:
     """The experiment's steps with outputs under ``folder`` (``tags`` go on the training runs),
     and per protocol the metrics the comparison shows, in order."""

@@ -16,9 +16,9 @@ Steps, in the job's folder:
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 from rich.console import Group
@@ -29,7 +29,7 @@ from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
-from xmr.storage import StoragePath
+from xmr.storage import StoragePath, storage_path
 from xmr.tune.space import Domain, SearchSpace, load_space
 
 SWEEPS = {"fair-alpha": ("fair_alpha", "fair_alpha"), "clip-m": ("clip_m", "clip_m")}
@@ -131,7 +131,7 @@ def gender_spaces(options: GenderJobOptions, data: StoragePath) -> dict[str, Sea
     }
 
 
-def gender_steps(options: GenderJobOptions, folder: Path, job_name: str) -> list[Step]:
+def gender_steps(options: GenderJobOptions, folder: StoragePath, job_name: str) -> list[Step]:
     """The experiment's steps with outputs under ``folder``; the sweeps are named
     ``<job_name>-fair-alpha`` and ``<job_name>-clip-m`` (``xmr compare --sweep ...``)."""
     steps: list[Step] = []
@@ -176,7 +176,7 @@ def _on_the_plain_model(space: SearchSpace, context: StepContext) -> SearchSpace
     """The clip-m space scoring the α = 0 trial's final checkpoint (no base model trained)."""
     from xmr.tracking import TrackedRun
 
-    trials = pd.read_csv(context.outcomes["fair-alpha"].outputs["trials"])
+    trials = _read_csv(context.outcomes["fair-alpha"].outputs["trials"])
     plain = trials[(trials["fair_alpha"] == 0) & (trials["status"] == "FINISHED")]
     if plain.empty:
         raise RuntimeError("fair-alpha: the α = 0 trial did not finish; CLIP-clip needs its model")
@@ -193,7 +193,7 @@ def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> Step
     outputs: dict[str, str] = {}
     metrics: dict[str, float] = {}
     for step, space in spaces.items():
-        trials = pd.read_csv(context.outcomes[step].outputs["trials"])
+        trials = _read_csv(context.outcomes[step].outputs["trials"])
         x_name, y_name = space.pareto[0]
         done = trials[trials["status"] == "FINISHED"].dropna(subset=[x_name, y_name])
         done = done.reset_index(drop=True)
@@ -208,7 +208,7 @@ def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> Step
         )
         table = done.assign(front=front)
         csv = context.folder / f"{step}_trials.csv"
-        table.to_csv(csv, index=False)
+        csv.write_text(table.to_csv(index=False))
         for path in (png, csv):
             run.log_artifact(path)
         outputs.update({f"{step}_pareto": str(png), f"{step}_trials": str(csv)})
@@ -221,7 +221,7 @@ def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
     """One table per sweep: each trial's swept value, recall@10 t2i, Bias@10, on the front."""
     tables = []
     for step, (_, swept) in SWEEPS.items():
-        trials = pd.read_csv(outcomes["pareto"].outputs[f"{step}_trials"])
+        trials = _read_csv(outcomes["pareto"].outputs[f"{step}_trials"])
         table = Table(title=f"{step}: recall–bias trade-off (test split; * on the Pareto front)")
         for column in (swept, "recall t2i@10", "bias@10", "front"):
             table.add_column(column, justify="right")
@@ -234,3 +234,8 @@ def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
             )
         tables.append(table)
     return Group(*tables)
+
+
+def _read_csv(path: str) -> pd.DataFrame:
+    """A CSV a step wrote, from a local file or an object store."""
+    return pd.read_csv(io.StringIO(storage_path(path).read_text()))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from rich.table import Table
 
@@ -100,7 +99,9 @@ def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
     return Job("odmap", name, folder, params, steps, odmap_report)
 
 
-def odmap_steps(options: ODmAPJobOptions, folder: Path, tags: Mapping[str, str]) -> list[Step]:
+def odmap_steps(
+    options: ODmAPJobOptions, folder: StoragePath, tags: Mapping[str, str]
+) -> list[Step]:
     """The experiment's steps with outputs under ``folder``; ``tags`` go on the training runs."""
     steps: list[Step] = []
     data = options.data

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xmr.options import check_options, option, resolve_paths
+from xmr.storage import StoragePath
 
 DEFAULT_STORAGE = Path("xmr-jobs")
 """Where jobs' folders go (in the working directory) when ``--storage`` is not given."""
@@ -23,10 +24,11 @@ DEFAULT_STORAGE = Path("xmr-jobs")
 class JobOptions:
     """Where a job's folder goes and whether it only prints its plan."""
 
-    storage: Path = option(
+    storage: StoragePath = option(
         DEFAULT_STORAGE,
-        "Where the job's folder goes. On a cluster: a path every node reaches (a shared "
-        "filesystem mounted at the same path on every node).",
+        "Where the job's folder goes. On a cluster: where every node reaches it, an object "
+        "store (s3://bucket/folder) or a shared filesystem mounted at the same path on every "
+        "node.",
     )
     name: str | None = option(
         None,
@@ -41,7 +43,7 @@ class JobOptions:
         check_options(self)
         resolve_paths(self)
 
-    def named(self, kind: str, dataset: str, params: Mapping[str, str]) -> tuple[str, Path]:
+    def named(self, kind: str, dataset: str, params: Mapping[str, str]) -> tuple[str, StoragePath]:
         """The job's name (``--name``, else :func:`default_job_name`) and its folder under
         ``--storage``."""
         name = self.name or default_job_name(kind, dataset, params)

@@ -20,15 +20,14 @@ one tree, and the job's run holds the comparison its last step makes.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, RenderableType
 
+from xmr.storage import StoragePath, check_bucket, storage_path
 from xmr.tracking import (
     TrackedRun,
     experiment_name,
@@ -91,7 +90,7 @@ class StepContext:
         outcomes: the outcomes of the steps before this one, by step name.
     """
 
-    folder: Path
+    folder: StoragePath
     experiment: str
     parent_run_id: str
     tracking_uri: str
@@ -133,7 +132,7 @@ class Job:
 
     kind: str
     name: str
-    folder: Path
+    folder: StoragePath
     params: Mapping[str, str]
     steps: Sequence[Step]
     report: Callable[[Mapping[str, StepOutcome]], RenderableType] | None = None
@@ -154,19 +153,19 @@ class JobResult:
     skipped: Sequence[str]
 
 
-def step_record(folder: Path, step: Step) -> Path:
+def step_record(folder: StoragePath, step: Step) -> StoragePath:
     """Where a finished step's outcome is recorded."""
     return folder / STEPS_DIR / f"{step.name}.json"
 
 
-def finished_outcome(folder: Path, step: Step) -> StepOutcome | None:
+def finished_outcome(folder: StoragePath, step: Step) -> StepOutcome | None:
     """The recorded outcome of ``step`` when it finished before and its outputs are all still
     there; None when it has to run."""
     record = step_record(folder, step)
     if not record.is_file():
         return None
     outcome = StepOutcome.from_json(json.loads(record.read_text()))
-    if not all(Path(path).exists() for path in outcome.outputs.values()):
+    if not all(storage_path(path).exists() for path in outcome.outputs.values()):
         return None
     return outcome
 
@@ -220,11 +219,11 @@ def _job_run(job: Job, tracking_uri: str) -> TrackedRun:
     return run
 
 
-def _write_outcome(record: Path, outcome: StepOutcome) -> None:
+def _write_outcome(record: StoragePath, outcome: StepOutcome) -> None:
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_name(f".{record.name}.tmp")
     tmp.write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
-    os.replace(tmp, record)  # a record is whole or absent: it is what marks the step done
+    tmp.replace(record)  # a record is whole or absent: it is what marks the step done
 
 
 def run_job(
@@ -243,6 +242,7 @@ def run_job(
         ValueError: the folder holds the same-named job with other options.
     """
     console = console or Console()
+    check_bucket(job.folder, "--storage")
     check_same_job(job)
     uri = resolve_tracking_uri(tracking_uri)
     run = _job_run(job, uri)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from xmr.data.errors import DataError
 from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA, read_parquet
 from xmr.pipeline.stage import Batch
-from xmr.storage import ObjectPath, StoragePath, filesystem_and_path
+from xmr.storage import ObjectPath, StoragePath, check_bucket, filesystem_and_path
 from xmr.synth.rows import PlannedRow
 
 PLAN = "plan.parquet"
@@ -85,24 +85,6 @@ def write_json_atomic(data: dict, path: StoragePath) -> None:
     os.replace(tmp, path)
 
 
-def check_bucket(out: ObjectPath, flag: str = "--out") -> None:
-    """Refuse an object-store folder whose bucket does not exist or cannot be reached.
-
-    Raises:
-        DataError: one line naming ``flag`` (before anything is planned or Ray starts).
-    """
-    bucket = out.path.split("/", 1)[0]
-    try:
-        found = out.filesystem.get_file_info(bucket).type.name != "NotFound"
-    except (OSError, pa.ArrowException) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"{flag} {out}: cannot reach {out.scheme}://{bucket} ({reason})") from None
-    if not found:
-        raise DataError(
-            f"{flag} {out}: bucket {out.scheme}://{bucket} does not exist (create it first)"
-        )
-
-
 def check_out_dir(out: StoragePath) -> None:
     """Refuse an output folder that holds anything but an xmr synth build (in an object store:
     also one whose bucket does not exist).
@@ -111,8 +93,7 @@ def check_out_dir(out: StoragePath) -> None:
         DataError: ``out`` is a file, or a non-empty folder with files of its own, or its
             bucket does not exist or cannot be reached.
     """
-    if isinstance(out, ObjectPath):
-        check_bucket(out)
+    check_bucket(out, "--out")
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out} is a file, not a folder")
     if out.is_dir():

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import tempfile
 import textwrap
 from io import BytesIO
-from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -22,7 +20,7 @@ from xmr.storage import StoragePath
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
-from xmr.tracking import TrackedRun, experiment_name, start_run
+from xmr.tracking import experiment_name, start_run
 
 SAMPLES = "samples.png"
 
@@ -200,19 +198,7 @@ def log_to_mlflow(
             {f"biaug/{k}": v for k, v in m.get("statistics", {}).items() if not isinstance(v, bool)}
         )
         run.log_metrics({k: float(v) for k, v in metrics.items()})
-        _log_file(run, result.out / MANIFEST)
+        run.log_artifact(result.out / MANIFEST)
         if (result.out / SAMPLES).is_file():
-            _log_file(run, result.out / SAMPLES)
+            run.log_artifact(result.out / SAMPLES)
         return run.run_id
-
-
-def _log_file(run: TrackedRun, path: StoragePath) -> None:
-    """Log the file at ``path`` as an artifact of ``run`` (from an object store: through a
-    local copy, since MLflow logs local files)."""
-    if isinstance(path, Path):
-        run.log_artifact(path)
-        return
-    with tempfile.TemporaryDirectory() as folder:
-        local = Path(folder) / path.name
-        local.write_bytes(path.read_bytes())
-        run.log_artifact(local)

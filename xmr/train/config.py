@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from xmr.models import ModelSpec
@@ -116,7 +115,7 @@ class TrainConfig:
     batch_size: int
     optim: OptimConfig
     dataset: str = "toyworld"
-    data: Path | None = None  # None: the embedded default ToyWorld
+    data: StoragePath | None = None  # None: the embedded default ToyWorld
     split: str = "train"
     synth: StoragePath | None = None  # a finished D′ build (`xmr synth --out`)
     synth_ratio: float | None = None  # |D′ sample| / |D|; None: all of D′
@@ -188,8 +187,7 @@ class TrainConfig:
         data["model"] = ModelSpec(**data["model"])
         data["optim"] = OptimConfig(**data["optim"])
         data["loss"] = LossConfig(**data["loss"])
-        data["data"] = None if data["data"] is None else Path(data["data"])
-        for key in ("synth", "storage"):
+        for key in ("data", "synth", "storage"):
             data[key] = None if data[key] is None else storage_path(data[key])
         data["ks"] = tuple(data["ks"])
         return cls(**data)

@@ -39,6 +39,7 @@ from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
 from xmr.models.batch import TrainBatch
 from xmr.progress import ProgressLines
+from xmr.storage import StoragePath, storage_path
 from xmr.train.batching import (
     GROUP_COLUMN,
     batch_groups,
@@ -73,7 +74,7 @@ def selection_score(metrics: dict[str, float], split: str) -> float | None:
 def run_eval(
     model: RetrievalModel,
     config: TrainConfig,
-    data_root: Path,
+    data_root: StoragePath,
     split: str,
     metrics: tuple,
     products: bool,
@@ -102,7 +103,9 @@ def run_eval(
     return evaluate(eval_config, model=model).metrics
 
 
-def run_binding(model: RetrievalModel, config: TrainConfig, data_root: Path) -> dict[str, float]:
+def run_binding(
+    model: RetrievalModel, config: TrainConfig, data_root: StoragePath
+) -> dict[str, float]:
     """The world's binding test (:mod:`xmr.benchmarks.binding`), in this process:
     ``{test_split}/binding/swap_acc``, ``.../counter_acc``, ``.../stereotype_acc``."""
     eval_config = EvalConfig(
@@ -130,7 +133,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     :func:`xmr.train.batching.pack_groups`).
     """
     config = TrainConfig.from_dict(loop_config["config"])
-    data_root = Path(loop_config["data_root"])
+    data_root = storage_path(loop_config["data_root"])
     steps_per_epoch = int(loop_config["steps_per_epoch"])
     context = ray.train.get_context()
     rank = context.get_world_rank()

@@ -32,7 +32,9 @@ class TrainOptions:
         None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
     )
     dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: Path | None = option(None, "Dataset folder; default: the embedded ToyWorld.")
+    data: StoragePath | None = option(
+        None, "Dataset folder, a path or s3://…; default: the embedded ToyWorld."
+    )
     split: str = option("train", "Training split.")
     synth: StoragePath | None = option(
         None, "A D′ folder (path or s3://…) from `xmr synth` to train on D ∪ D′."

@@ -37,7 +37,7 @@ from xmr.data.default_world import default_toyworld
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal
-from xmr.storage import ObjectPath, StoragePath
+from xmr.storage import ObjectPath, StoragePath, check_bucket
 from xmr.text import require_tagger
 from xmr.tracking import (
     TrackedRun,
@@ -169,7 +169,9 @@ def _finished_run(run_dir: StoragePath, tracking_uri: str) -> tuple[dict[str, fl
     return None if run is None else ({k: float(v) for k, v in metrics.items()}, run.run_id)
 
 
-def _log_inputs(run: TrackedRun, data: TrainingData, config: TrainConfig, root: Path) -> None:
+def _log_inputs(
+    run: TrackedRun, data: TrainingData, config: TrainConfig, root: StoragePath
+) -> None:
     """D and the D′ sample as MLflow dataset inputs (metadata only, no pixels)."""
     table = data.table.select(["image_id", "caption", "source", "image_gender"]).to_pandas()
     table["image_id"] = table["image_id"].astype("float64")  # MLflow's schema hint otherwise
@@ -217,7 +219,8 @@ def train(
         ray.train.TrainingFailedError: the workers failed more than ``max_failures`` times.
     """
     check_spec(config.model)
-    root = Path(config.data) if config.data else default_world(config)
+    check_bucket(config.storage, "--storage")
+    root = config.data if config.data else default_world(config)
     run_dir = config.storage / config.name
     _check_same_config(config, run_dir)
     records = read_dataset(config.dataset, root, config.split)

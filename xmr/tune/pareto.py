@@ -7,13 +7,14 @@ their absolute value (:class:`~xmr.tune.space.Objective` ``abs``).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from xmr.storage import StoragePath
 from xmr.tune.space import Objective
 
 
@@ -43,7 +44,7 @@ def plot_pareto(
     y: Objective,
     *,
     labels: Sequence[str],
-    path: Path,
+    path: StoragePath,
     title: str,
 ) -> np.ndarray:
     """Scatter of every trial (``frame[x.name]``, ``frame[y.name]``; abs taken where the
@@ -69,6 +70,8 @@ def plot_pareto(
     ax.legend(loc="best", fontsize=8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    path.write_bytes(png.getvalue())  # a local file or an object in a bucket
     return front

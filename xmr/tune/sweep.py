@@ -35,7 +35,7 @@ import yaml
 from ray import tune
 
 from xmr.pipeline.ray_executor import init_ray
-from xmr.storage import StoragePath, storage_path
+from xmr.storage import StoragePath, check_bucket, storage_path
 from xmr.text import require_tagger
 from xmr.tracking import (
     PARENT_TAG,
@@ -341,6 +341,7 @@ def run_sweep(
     _check_dry(space)
     name = name or default_sweep_name(space)
     sweep_dir = (storage_path(storage) / name).resolve()
+    check_bucket(sweep_dir, "--storage")
     uri = resolve_tracking_uri(tracking_uri)
     experiment = experiment or experiment_name("tune", space.name)
     parent = _parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
