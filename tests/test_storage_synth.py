@@ -1,5 +1,6 @@
-"""``xmr synth --out s3://…``: D′ written into an object store (a loopback S3 server), read back
-from there with the D′ reader, and a rerun that reuses the finished build."""
+"""``xmr synth --data s3://… --out s3://…``: D′ built from a world in an object store (a loopback
+S3 server) and written there, read back from there with the D′ reader, and a rerun that reuses
+the finished build."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 
 import mlflow
+import pyarrow.fs as pafs
 import pytest
 from conftest import NLTK_DATA
 
@@ -63,11 +65,16 @@ def test_llm_answers_are_cached_in_an_object_store(s3_bucket) -> None:
 def test_synth_writes_dprime_to_s3_reads_it_back_and_reuses_it(
     small_toyworld, s3, monkeypatch, tmp_path
 ) -> None:
-    out = f"{s3.new_bucket()}/dprime"
+    bucket = s3.new_bucket()
+    out = f"{bucket}/dprime"
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    world = ObjectPath(f"{bucket}/world")  # the input in the bucket too: read by Ray Data actors
+    pafs.copy_files(str(small_toyworld), world.path, destination_filesystem=world.filesystem)
     env = {**os.environ, **s3.env, "RAY_AUTH_MODE": "disabled", "NLTK_DATA": str(NLTK_DATA)}
     env.pop("RAY_ADDRESS", None)
     command = [
-        sys.executable, "-m", "xmr.cli", "synth", "--data", str(small_toyworld), "--out", out,
+        sys.executable, "-m", "xmr.cli", "synth", "--data", str(world), "--out", out,
         "--limit", "12", "--rows-per-shard", "4", "--batch-size", "4", "--fill", "ns",
         "--no-progress", "--num-cpus", "2",
     ]  # fmt: skip
@@ -76,8 +83,6 @@ def test_synth_writes_dprime_to_s3_reads_it_back_and_reuses_it(
     )
     assert first.returncode in (0, 1), first.stderr[-3000:]
 
-    for name, value in s3.env.items():
-        monkeypatch.setenv(name, value)
     manifest = read_manifest(out)
     pairs = read_synthetic(out)
     errors = read_synthetic_errors(out)

@@ -9,12 +9,12 @@ model already in memory (evaluation inside a training worker). A row that cannot
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from xmr.data.errors import DataError
+from xmr.data.files import data_path
 from xmr.eval.protocol import ImageQuery
 from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.pipeline.stage import Batch, Resources, Stage
@@ -66,7 +66,7 @@ class EncodeQueries(Stage):
         for i in images:
             boxes, crop = str(batch["inpaint"][i]), str(batch["crop"][i])
             query = ImageQuery(
-                Path(paths[i]),
+                data_path(paths[i]),  # a file, or an object in a bucket (s3://…)
                 tuple(map(tuple, json.loads(boxes))) if boxes else (),
                 tuple(json.loads(crop)) if crop else None,
             )

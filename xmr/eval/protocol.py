@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -24,6 +23,7 @@ from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
 from xmr.removal.fill import fill_telea
 from xmr.removal.planning import box_mask
+from xmr.storage import StoragePath
 from xmr.text import image_gender, neutralize
 
 Box = tuple[float, float, float, float]
@@ -34,7 +34,7 @@ class ImageQuery:
     """An image to encode: a file, optionally with boxes to inpaint away before encoding, or
     cropped to one box (``crop``, ``(x, y, w, h)`` pixels: a benchmark's region)."""
 
-    path: Path
+    path: StoragePath
     inpaint_boxes: tuple[Box, ...] = ()
     crop: Box | None = None
 
