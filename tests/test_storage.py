@@ -75,3 +75,14 @@ def test_a_missing_bucket_is_refused_with_the_flag_named(s3_bucket):
     check_bucket(Path("runs"), "--storage")  # local: nothing to check
     with pytest.raises(ValueError, match=r"^--storage s3://xmr-nope/runs: bucket s3://xmr-nope "):
         check_bucket(storage_path("s3://xmr-nope/runs"), "--storage")
+
+
+def test_an_unreachable_store_is_one_line_with_the_flag_named(monkeypatch):
+    from ray_cluster import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing there
+    for name, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=r"^--out s3://xmr-unreachable/x: cannot reach the obj"):
+        check_bucket(storage_path("s3://xmr-unreachable/x"), "--out")

@@ -42,8 +42,20 @@ def _filesystem(scheme: str, bucket: str) -> pafs.FileSystem:
     """The pyarrow filesystem for ``scheme://bucket`` (one per process and bucket)."""
     import pyarrow.fs as pafs
 
-    filesystem, _ = pafs.FileSystem.from_uri(f"{scheme}://{bucket}")
+    try:
+        filesystem, _ = pafs.FileSystem.from_uri(f"{scheme}://{bucket}")
+    except OSError as exc:  # S3: the bucket's region is looked up here (a request)
+        raise UnreachableStorage(f"{scheme}://{bucket}", exc) from None
     return filesystem
+
+
+class UnreachableStorage(ValueError):
+    """An object store that cannot be reached (no network, no credentials, a bad endpoint): a
+    one-line message with the store's first line of error, as bad input is reported."""
+
+    def __init__(self, where: str, cause: BaseException) -> None:
+        reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        super().__init__(f"{where}: cannot reach the object store ({reason})")
 
 
 class ObjectPath:
@@ -122,7 +134,10 @@ class ObjectPath:
     # --- queries ----------------------------------------------------------------------------
     def _type(self) -> str:
         """``File``, ``Directory`` or ``NotFound``."""
-        return self.filesystem.get_file_info(self.key).type.name
+        try:
+            return self.filesystem.get_file_info(self.key).type.name
+        except OSError as exc:
+            raise UnreachableStorage(str(self), exc) from None
 
     def exists(self) -> bool:
         return self._type() != "NotFound"
@@ -243,11 +258,10 @@ def check_bucket(target: StoragePath, flag: str) -> None:
     bucket = target.path.split("/", 1)[0]
     try:
         found = target.filesystem.get_file_info(bucket).type.name != "NotFound"
+    except UnreachableStorage as exc:
+        raise ValueError(f"{flag} {exc}") from None
     except (OSError, pa.ArrowException) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(
-            f"{flag} {target}: cannot reach {target.scheme}://{bucket} ({reason})"
-        ) from None
+        raise ValueError(f"{flag} {UnreachableStorage(str(target), exc)}") from None
     if not found:
         raise ValueError(
             f"{flag} {target}: bucket {target.scheme}://{bucket} does not exist (create it first)"

@@ -17,6 +17,7 @@ from rich.console import Console
 from xmr.jobs.options import JobOptions
 from xmr.jobs.steps import Job, print_plan
 from xmr.options import ClusterOptions, command, user_errors
+from xmr.storage import check_bucket
 
 
 def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -> typer.Typer:
@@ -30,7 +31,8 @@ def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -
         console = Console()
         with user_errors():
             job = build(values, job_options)
-        print_plan(job, console)
+            check_bucket(job.folder, "--storage")
+            print_plan(job, console)
         uri = resolve_tracking_uri(cluster.tracking_uri)
         console.print(f"MLflow: experiment {job.experiment} on {uri}", soft_wrap=True)
         if job_options.dry_run:
