@@ -205,15 +205,22 @@ StoragePath: TypeAlias = Path | ObjectPath
 """A folder or file xmr writes to or reads from: local (``Path``) or in an object store."""
 
 
+def as_path(value: str | Path | ObjectPath) -> StoragePath:
+    """``value`` as given: a URI becomes an :class:`ObjectPath`, anything else a ``Path`` (not
+    made absolute; :func:`storage_path` also resolves it)."""
+    if isinstance(value, ObjectPath):
+        return value
+    return ObjectPath(str(value)) if is_uri(value) else Path(value)
+
+
 def storage_path(value: str | Path | ObjectPath) -> StoragePath:
     """``value`` as a storage path: a URI becomes an :class:`ObjectPath`; a local path is
     made absolute (relative paths mean the working directory of the process that parsed them:
     the driver)."""
-    if isinstance(value, ObjectPath):
-        return value
-    if is_uri(value):
-        return ObjectPath(str(value))
-    return Path(str(value).removeprefix("file://")).expanduser().resolve()
+    path = as_path(value)
+    if isinstance(path, ObjectPath):
+        return path
+    return Path(str(path).removeprefix("file:")).expanduser().resolve()
 
 
 def filesystem_and_path(target: StoragePath) -> tuple[pafs.FileSystem | None, str]:

@@ -33,9 +33,8 @@ from xmr.benchmarks.items import (
 )
 from xmr.data.coco import load_json
 from xmr.data.errors import DataError
-from xmr.data.files import data_path
 from xmr.data.toyworld.binding import ITEMS_FILE, SIDES
-from xmr.storage import ObjectPath
+from xmr.storage import ObjectPath, as_path
 
 SWAP_METRIC = "binding/swap_acc"
 COUNTER_METRIC = "binding/counter_acc"
@@ -80,7 +79,7 @@ def read_binding(world: str | Path | ObjectPath) -> BenchmarkData:
         DataError: no ``items.json`` (the message says how to make a world with one), or a
             malformed entry (names the file and the entry).
     """
-    world = data_path(world).resolve()
+    world = as_path(world).resolve()
     path = world / ITEMS_FILE
     if not path.is_file():
         raise DataError(

@@ -22,14 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr.data.files import data_path
 from xmr.data.toyworld.captions import class_words
 from xmr.data.toyworld.classes import palette
 from xmr.data.toyworld.config import WorldConfig
 from xmr.data.toyworld.generate import image_scene, locate_image
 from xmr.data.toyworld.render import render
 from xmr.data.toyworld.scene import Scene, SceneObject
-from xmr.storage import ObjectPath, StoragePath
+from xmr.storage import ObjectPath, StoragePath, as_path
 
 MIN_INSIDE = 0.5
 """An instance is in a box when at least this share of its (annotation) box area lies inside."""
@@ -106,7 +105,7 @@ class ToyWorldOracle:
     """
 
     def __init__(self, root: str | Path | ObjectPath) -> None:
-        self.root = data_path(root)
+        self.root = as_path(root)
         self.config = _read_world(self.root)
 
     def scene(self, image_id: int) -> Scene:

@@ -34,9 +34,9 @@ from typing import Any
 from pycocotools.coco import COCO
 
 from xmr.data.errors import DataError, DataIssue, report
-from xmr.data.files import FileIndex, data_path
+from xmr.data.files import FileIndex
 from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
-from xmr.storage import ObjectPath, StoragePath
+from xmr.storage import ObjectPath, StoragePath, as_path
 
 Box = tuple[float, float, float, float]
 
@@ -200,7 +200,7 @@ def read_coco(
     item; a list collects the skipped items instead. Each record's ``split`` is ``split``.
     ``root`` may be a URI (``s3://…``).
     """
-    root = data_path(root)
+    root = as_path(root)
     suffix = f"{split}{_detect_year(root, split) if year is None else year}"
     instances_file = root / "annotations" / f"instances_{suffix}.json"
     captions_file = root / "annotations" / f"captions_{suffix}.json"

@@ -10,17 +10,7 @@ lists each folder once instead (one paged listing) and answers from that.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from xmr.storage import ObjectPath, StoragePath, is_uri
-
-
-def data_path(value: str | Path | ObjectPath) -> StoragePath:
-    """``value`` as a dataset path: a URI becomes an :class:`ObjectPath`, anything else a
-    ``Path`` exactly as given (not made absolute)."""
-    if isinstance(value, ObjectPath):
-        return value
-    return ObjectPath(str(value)) if is_uri(value) else Path(value)
+from xmr.storage import ObjectPath, StoragePath
 
 
 class FileIndex:

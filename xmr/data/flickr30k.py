@@ -42,10 +42,10 @@ from pathlib import Path
 
 from xmr.data.coco import clip_box, has_words, load_json
 from xmr.data.errors import DataError, DataIssue, report
-from xmr.data.files import FileIndex, data_path
+from xmr.data.files import FileIndex
 from xmr.data.images import image_size
 from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
-from xmr.storage import ObjectPath, StoragePath
+from xmr.storage import ObjectPath, StoragePath, as_path
 
 KARPATHY_FILE = "dataset_flickr30k.json"
 SPLITS = ("train", "val", "test")
@@ -257,7 +257,7 @@ def read_flickr30k(
     """
     if split not in SPLITS:
         raise ValueError(f"unknown Flickr30k split {split!r}; choose one of {', '.join(SPLITS)}")
-    root = data_path(root)
+    root = as_path(root)
     karpathy_file = root / KARPATHY_FILE
     data = load_json(karpathy_file)
     images = data.get("images") if isinstance(data, dict) else None

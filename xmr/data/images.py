@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from xmr.data.errors import DataError
-from xmr.storage import ObjectPath, is_uri
+from xmr.storage import ObjectPath, as_path, is_uri
 
 #: The HDF5 dataset ``<file>.h5::<row>`` paths index (Fashion-Gen's image dataset).
 H5_IMAGE_DATASET = "input_image"
@@ -113,7 +113,7 @@ def _open(path: str | Path | ObjectPath) -> Path | io.BytesIO:
     if not is_uri(path):
         return Path(path)
     try:
-        return io.BytesIO(ObjectPath(str(path)).read_bytes())
+        return io.BytesIO(as_path(path).read_bytes())
     except FileNotFoundError as exc:
         raise DataError(f"{path}: image file not found") from exc
     except OSError as exc:
@@ -129,7 +129,7 @@ def load_image(path: str | Path | ObjectPath) -> Image.Image:
     """
     if h5 := _split_h5_path(path):
         return _load_h5_image(*h5)
-    path = path if is_uri(path) else Path(path)
+    path = as_path(path)
     source = _open(path)
     try:
         with Image.open(source) as image:
@@ -165,7 +165,7 @@ def image_size(path: str | Path | ObjectPath) -> tuple[int, int]:
         images = _h5_images(file)
         _h5_row(file, row_text, images)
         return (int(images.shape[2]), int(images.shape[1]))
-    path = path if is_uri(path) else Path(path)
+    path = as_path(path)
     source = _open(path)
     try:
         with Image.open(source) as image:

@@ -10,9 +10,8 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xmr.data.files import data_path
 from xmr.removal.planning import plan_removals
-from xmr.storage import StoragePath
+from xmr.storage import StoragePath, as_path
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,7 @@ class ImageRecord:
         """The inverse of :meth:`to_dict`."""
         return cls(
             image_id=data["image_id"],
-            path=data_path(data["path"]),
+            path=as_path(data["path"]),
             width=int(data["width"]),
             height=int(data["height"]),
             captions=tuple(

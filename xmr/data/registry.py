@@ -9,11 +9,10 @@ from pathlib import Path
 from xmr.data.coco import read_coco
 from xmr.data.errors import DataIssue
 from xmr.data.fashiongen import check_fashiongen_root, fashiongen_splits, read_fashiongen
-from xmr.data.files import data_path
 from xmr.data.flickr30k import read_flickr30k
 from xmr.data.records import ImageRecord
 from xmr.data.toyworld_reader import read_toyworld
-from xmr.storage import ObjectPath
+from xmr.storage import ObjectPath, as_path
 
 _READERS: dict[str, Callable[..., list[ImageRecord]]] = {
     "toyworld": read_toyworld,
@@ -61,7 +60,7 @@ def dataset_splits(name: str, root: str | Path | ObjectPath) -> list[str]:
     pattern = re.compile(r"captions_([a-z]+?)(?:\d{4})?\.json")
     found = {
         m.group(1)
-        for p in (data_path(root) / "annotations").glob("captions_*.json")
+        for p in (as_path(root) / "annotations").glob("captions_*.json")
         if (m := pattern.fullmatch(p.name))
     }
     return sorted(found)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from xmr.data.coco import load_json, read_coco
 from xmr.data.errors import DataError, DataIssue, report
-from xmr.data.files import FileIndex, data_path
+from xmr.data.files import FileIndex
 from xmr.data.records import ImageRecord
-from xmr.storage import ObjectPath, StoragePath
+from xmr.storage import ObjectPath, StoragePath, as_path
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def read_counterfactuals(
     A missing or malformed index raises :class:`DataError`. A malformed entry or a missing render
     is raised (``issues=None``) or skipped and recorded in ``issues``.
     """
-    root = data_path(root)
+    root = as_path(root)
     index_file = root / "counterfactuals" / f"index_{split}.json"
     entries = load_json(index_file)
     if not isinstance(entries, list):

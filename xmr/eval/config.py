@@ -12,9 +12,8 @@ from xmr.debias import MI_ESTIMATORS
 from xmr.eval.options import EvalOptions
 from xmr.metrics.ranking import check_ks
 from xmr.models import ModelSpec
-from xmr.models.base import checkpoint_path
 from xmr.options import check_options, resolve_paths
-from xmr.storage import StoragePath
+from xmr.storage import StoragePath, as_path
 
 METRIC_GROUPS = ("recall", "odmap", "bias")
 """What ``--metrics`` may name: Recall@K both ways, ODmAP@K, Bias@K."""
@@ -119,7 +118,7 @@ def eval_config(
     The family and architecture default to the checkpoint's, else ``clip`` / ``xmr-tiny``;
     ``pretrained="none"`` (or None) means random init; ``metrics`` may be comma-separated.
     """
-    checkpoint = checkpoint_path(checkpoint) if checkpoint is not None else None
+    checkpoint = as_path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and (model is None or arch is None):
         saved = ModelSpec.from_checkpoint(checkpoint)
         model, arch = model or saved.family, arch or saved.arch

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 
 from xmr.data.errors import DataError
-from xmr.data.files import data_path
 from xmr.eval.protocol import ImageQuery
 from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.pipeline.stage import Batch, Resources, Stage
+from xmr.storage import as_path
 
 
 class EncodeQueries(Stage):
@@ -66,7 +66,7 @@ class EncodeQueries(Stage):
         for i in images:
             boxes, crop = str(batch["inpaint"][i]), str(batch["crop"][i])
             query = ImageQuery(
-                data_path(paths[i]),  # a file, or an object in a bucket (s3://…)
+                as_path(paths[i]),  # a file, or an object in a bucket (s3://…)
                 tuple(map(tuple, json.loads(boxes))) if boxes else (),
                 tuple(json.loads(crop)) if crop else None,
             )

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from xmr.storage import ObjectPath, StoragePath, is_uri, storage_path
+from xmr.storage import ObjectPath, StoragePath, as_path, storage_path
 
 if TYPE_CHECKING:
     from xmr.models.batch import TextInputs
@@ -90,7 +90,7 @@ class ModelSpec:
             raise CheckpointError(
                 f"{path} does not say which model it holds (no 'spec'): pass --model and --arch"
             )
-        return cls(spec["family"], spec["arch"], spec.get("pretrained"), checkpoint_path(path))
+        return cls(spec["family"], spec["arch"], spec.get("pretrained"), as_path(path))
 
     def to_dict(self) -> dict[str, str | None]:
         """Plain fields (the checkpoint path or URI as a str), loadable with
@@ -217,7 +217,7 @@ class RetrievalModel(ABC):
             CheckpointError: the file is not a plain tensor checkpoint (refused by
                 ``weights_only=True``), or its keys or shapes do not match this model.
         """
-        path = checkpoint_path(path)
+        path = as_path(path)
         state = read_state_dict(path)
         expected = self.module.state_dict()
         missing = [k for k in expected if k not in state]
@@ -240,22 +240,14 @@ class RetrievalModel(ABC):
         self.module.load_state_dict(state)
 
 
-def checkpoint_path(path: str | StoragePath) -> StoragePath:
-    """``path`` as a :class:`~pathlib.Path`, or an :class:`~xmr.storage.ObjectPath` when it is an
-    object store's URI (``s3://…``)."""
-    if isinstance(path, ObjectPath) or is_uri(path):
-        return storage_path(path)
-    return Path(path)
-
-
 def check_checkpoint_file(path: str | StoragePath) -> StoragePath:
-    """``path`` (:func:`checkpoint_path`) when it is a file (its content is not read).
+    """``path`` (:func:`~xmr.storage.as_path`) when it is a file (its content is not read).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
         CheckpointError: ``path`` is a directory.
     """
-    path = checkpoint_path(path)
+    path = as_path(path)
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file")
     if not path.is_file():

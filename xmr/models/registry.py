@@ -19,10 +19,9 @@ from xmr.models.base import (
     ModelSpec,
     RetrievalModel,
     check_checkpoint_file,
-    checkpoint_path,
     read_state_dict,
 )
-from xmr.storage import StoragePath
+from xmr.storage import StoragePath, as_path
 
 
 class ModelFamily(Protocol):
@@ -130,7 +129,7 @@ def create_model(
     else:
         if arch is None:
             raise ValueError(f"arch is required; see list_archs({spec_or_family!r})")
-        path = checkpoint_path(checkpoint) if checkpoint else None
+        path = as_path(checkpoint) if checkpoint else None
         spec = ModelSpec(spec_or_family, arch, pretrained, path)
     family = _checked_family(spec)
     if spec.checkpoint is not None:

@@ -35,7 +35,7 @@ import yaml
 from ray import tune
 
 from xmr.pipeline.ray_executor import init_ray
-from xmr.storage import StoragePath, check_bucket, storage_path
+from xmr.storage import StoragePath, as_path, check_bucket, storage_path
 from xmr.text import require_tagger
 from xmr.tracking import (
     PARENT_TAG,
@@ -134,10 +134,9 @@ def _check_dry(space: SearchSpace) -> None:
                 require_tagger()
         else:
             from xmr.eval.config import eval_config
-            from xmr.models.base import checkpoint_path
 
             checkpoint = options.get("checkpoint")
-            if checkpoint is not None and not checkpoint_path(checkpoint).is_file():
+            if checkpoint is not None and not as_path(checkpoint).is_file():
                 raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
             if "checkpoint" in options or "pretrained" in options:
                 eval_config(**options)
