@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,6 +132,7 @@ def test_ray_job_submit_builds_dprime_on_a_running_cluster(small_toyworld, tmp_p
         assert db.is_file()
     finally:
         stop_processes_naming(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_a_worker_killed_mid_build_costs_nothing(small_toyworld, local_ray, tmp_path) -> None:

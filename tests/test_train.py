@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -83,6 +84,7 @@ def test_xmr_train_from_the_data_folder_logs_to_mlflow_and_resumes(
     (tmp_path / "dprime").symlink_to(small_dprime)
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
+    scratch = set(Path(tempfile.gettempdir()).glob("xmr-ckpt-*"))
     done = subprocess.run(
         [sys.executable, "-m", "xmr.cli", "train", "--dataset", "toyworld", "--data", "world",
          "--synth", "dprime", "--synth-ratio", "2", "--epochs", "2", "--batch-size", "16",
@@ -94,6 +96,8 @@ def test_xmr_train_from_the_data_folder_logs_to_mlflow_and_resumes(
     log = done.stdout  # as `| tee` or a job log sees it: not a terminal
     assert done.returncode == 0, log[-4000:]
     assert "--synth-ratio 2 asks for" in log
+    # Each epoch's checkpoint is written to a scratch folder that goes once Ray Train has it.
+    assert set(Path(tempfile.gettempdir()).glob("xmr-ckpt-*")) <= scratch
     # Progress in a log: a line per tenth of an epoch, no bars (tqdm_ray's nor Ray Data's),
     # each epoch line once, no PlacementGroupCleaner traceback or warnings. The raylet's own
     # lines are not progress (on a nearly full disk it warns "over 95% full").

@@ -36,12 +36,15 @@ def world_step(
         from xmr.data.toyworld import generate_world
 
         if isinstance(out, ObjectPath):
-            partial = Path(tempfile.mkdtemp(prefix="xmr-world-")) / out.name
+            with tempfile.TemporaryDirectory(prefix="xmr-world-") as scratch:
+                world = Path(scratch) / out.name
+                generate_world(world, config, mode=mode, seed=seed, progress=True)
+                put_folder(world, out)
         else:  # beside its place, so that an interrupted run leaves no world there
             partial = out.with_name(f".{out.name}.partial")
             shutil.rmtree(partial, ignore_errors=True)
-        generate_world(partial, config, mode=mode, seed=seed, progress=True)
-        put_folder(partial, out)
+            generate_world(partial, config, mode=mode, seed=seed, progress=True)
+            put_folder(partial, out)
         return StepOutcome(outputs={"world": str(out)})
 
     command = command_line(

@@ -219,7 +219,6 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             if pairs[0] > 0:
                 metrics["train/pairs_together"] = float(pairs[1] / pairs[0])
         last = epoch + 1 == config.epochs
-        checkpoint_dir = None
         if rank == 0:
             if config.eval_every and (epoch + 1) % config.eval_every == 0:
                 metrics.update(
@@ -251,15 +250,16 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
             }
-            checkpoint_dir = Path(tempfile.mkdtemp(prefix="xmr-ckpt-"))
-            _save(checkpoint_dir, model, _unwrap(objective), state)
-        ray.train.report(
-            metrics,
-            checkpoint=ray.train.Checkpoint.from_directory(checkpoint_dir)
-            if checkpoint_dir
-            else None,
-            checkpoint_dir_name=f"epoch_{epoch + 1:04d}",
-        )
+        # report() copies the checkpoint into Ray Train's storage before it returns: the scratch
+        # folder goes with the epoch (kept, one per epoch fills the node's disk on a long run).
+        with tempfile.TemporaryDirectory(prefix="xmr-ckpt-") as scratch:
+            checkpoint = None
+            if rank == 0:
+                _save(Path(scratch), model, _unwrap(objective), state)
+                checkpoint = ray.train.Checkpoint.from_directory(scratch)
+            ray.train.report(
+                metrics, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{epoch + 1:04d}"
+            )
 
 
 def _epoch_batches(
