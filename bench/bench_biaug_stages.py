@@ -25,7 +25,9 @@ its model.
 
 Without ``--detector-model`` / ``--sd-model`` the tests' tiny random-weight models are built into
 a temporary folder: the figures are then the stages' own overhead (image decoding, resizing,
-filters, PNG encoding, the pipelines' Python), not the cost of real-size models.
+filters, PNG encoding, the pipelines' Python), not the cost of real-size models. Where the
+pretrained weights cannot be downloaded, ``bench/full_size_models.py`` builds random-weight models
+with the real architectures (same cost per image, noise out).
 
 Run from the repository root with ``xmr`` importable:
 

@@ -9,10 +9,11 @@ worker counts, and writes everything as JSON with ``--out``.
 
 Every input is labelled MEASURED (with the command or the bench/RESULTS.md section that measured
 it) or ASSUMED (with the reason and, where there is one, a public source). The GPU figures (Stable
-Diffusion 2 inpainting and GroundingDINO seconds per image on an A10G) are ASSUMED: no GPU was
-lent to the issue that wrote this model. Replace them with measurements from a GPU node
-(``bench/bench_synth_throughput.py --fill sd``, ``bench/bench_biaug_stages.py --device cuda``)
-through ``--sd-seconds-per-image`` / ``--detector-seconds-per-image`` or ``--set NAME=VALUE``.
+Diffusion 2 inpainting and GroundingDINO seconds per image on an A10G) are ASSUMED: no A10G was
+measured (bench/RESULTS.md has the same stages measured on an H100: 0.29 and ~0.10 s per image).
+Replace them with measurements from a GPU node (``bench/bench_synth_throughput.py --fill sd``,
+``bench/bench_biaug_stages.py --device cuda``) through ``--sd-seconds-per-image`` /
+``--detector-seconds-per-image`` or ``--set NAME=VALUE``.
 
 Run from the repository root:
 
@@ -142,7 +143,9 @@ INPUTS: dict[str, Figure] = {
         "2.95 s for 50 steps on an A10 in PyTorch fp16 (DeciDiffusion model card, "
         "https://huggingface.co/Deci/DeciDiffusion-v1-0), i.e. ~1.5 s for 25; the SD 2 inpainting "
         "UNet is the same size; +30 % for the A10G (AWS's variant, assumed slower) and the "
-        "inpainting pipeline's pre/post-processing; batching 8 images assumed to gain nothing",
+        "inpainting pipeline's pre/post-processing; batching 8 images assumed to gain nothing "
+        "(on an H100 it gains 5x: 0.29 s per image through the stage at 8 per call, "
+        'bench/RESULTS.md "GPU stages on an H100")',
     ),
     "detector_s_per_image": assumed(
         0.3,

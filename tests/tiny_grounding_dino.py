@@ -47,6 +47,12 @@ def _vocab() -> dict[str, int]:
     return {tokens.get(i, f"[unused{i}]"): i for i in range(_VOCAB_SIZE)}
 
 
+def bert_tokenizer(max_length: int = TEXT_LENGTH) -> BertTokenizer:
+    """A BERT WordPiece tokenizer over the small vocabulary above (ids < 1030, BERT's specials
+    and punctuation at bert-base-uncased's ids), truncating at ``max_length`` tokens."""
+    return BertTokenizer(vocab=_vocab(), model_max_length=max_length)
+
+
 def build_tiny_grounding_dino(out_dir: Path) -> Path:
     """Save a tiny GroundingDINO (fixed seed) and its processor to ``out_dir``; return it.
 
@@ -56,7 +62,7 @@ def build_tiny_grounding_dino(out_dir: Path) -> Path:
     ``.from_pretrained(out_dir)``.
     """
     out_dir = Path(out_dir)
-    tokenizer = BertTokenizer(vocab=_vocab(), model_max_length=TEXT_LENGTH)
+    tokenizer = bert_tokenizer()
     config = GroundingDinoConfig(
         backbone_config=SwinConfig(
             image_size=IMAGE_SIDE,
