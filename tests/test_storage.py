@@ -10,7 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from xmr.options import option, resolve_paths
-from xmr.storage import ObjectPath, StoragePath, check_bucket, is_uri, storage_path
+from xmr.storage import (
+    ObjectPath,
+    StoragePath,
+    check_bucket,
+    is_uri,
+    storage_path,
+    write_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,27 @@ def test_object_path_writes_reads_lists_and_moves(s3_bucket):
     (root / "d.txt").unlink()
     (root / "d.txt").unlink(missing_ok=True)
     assert not (root / "d.txt").exists()
+
+
+def test_an_atomic_write_leaves_the_whole_file_or_the_old_one(s3_bucket, tmp_path, monkeypatch):
+    """Locally through a temporary file renamed into place (none left behind, also when the
+    write fails); in a bucket as one upload."""
+    local = tmp_path / "records" / "step.json"
+    write_atomic(local, "{}\n")
+    write_atomic(local, b"[1]\n")
+    assert local.read_text() == "[1]\n" and [p.name for p in local.parent.iterdir()] == [local.name]
+
+    def disk_full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch, pytest.raises(OSError, match="No space"):
+        patch.setattr("os.fsync", disk_full)
+        write_atomic(local, "[2]\n")
+    assert local.read_text() == "[1]\n" and [p.name for p in local.parent.iterdir()] == [local.name]
+
+    remote = storage_path(f"{s3_bucket}/records/step.json")
+    write_atomic(remote, "ü\n")
+    assert remote.read_text() == "ü\n"
 
 
 def test_a_missing_bucket_is_refused_with_the_flag_named(s3_bucket):

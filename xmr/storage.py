@@ -230,6 +230,31 @@ def filesystem_and_path(target: StoragePath) -> tuple[pafs.FileSystem | None, st
     return None, str(target)
 
 
+def write_atomic(path: StoragePath, data: bytes | str) -> None:
+    """Write ``data`` (``str`` as UTF-8) to ``path`` so that no reader ever sees part of it: a
+    local file is written to a temporary file beside it, flushed to disk and renamed into place
+    (concurrent writers each rename a whole file; the last one wins); an object appears whole
+    when its single upload completes."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if isinstance(path, ObjectPath):
+        path.write_bytes(payload)
+        return
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(payload)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def put_folder(local: Path, target: StoragePath) -> None:
     """Move the finished local folder ``local`` to ``target``: a rename when ``target`` is local
     (the same filesystem), else an upload of every file (pyarrow's ``copy_files``) and the

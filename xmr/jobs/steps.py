@@ -27,7 +27,7 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
-from xmr.storage import StoragePath, check_bucket, storage_path
+from xmr.storage import StoragePath, check_bucket, storage_path, write_atomic
 from xmr.tracking import (
     TrackedRun,
     experiment_name,
@@ -220,10 +220,8 @@ def _job_run(job: Job, tracking_uri: str) -> TrackedRun:
 
 
 def _write_outcome(record: StoragePath, outcome: StepOutcome) -> None:
-    record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_name(f".{record.name}.tmp")
-    tmp.write_text(json.dumps(outcome.to_json(), indent=2) + "\n")
-    tmp.replace(record)  # a record is whole or absent: it is what marks the step done
+    # A record is whole or absent: it is what marks the step done.
+    write_atomic(record, json.dumps(outcome.to_json(), indent=2) + "\n")
 
 
 def run_job(

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from xmr.llm.chat import ChatBackend, ChatRequest, ChatResult, ResultCallback
-from xmr.storage import ObjectPath, StoragePath, is_uri
+from xmr.storage import ObjectPath, StoragePath, is_uri, write_atomic
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 
@@ -69,23 +67,7 @@ class ResponseCache:
     def put(self, key: str, text: str) -> None:
         """Store ``text`` as the answer of ``key``, atomically (temp file, fsync, rename; in an
         object store: one upload)."""
-        target = self.path(key)
-        if isinstance(target, ObjectPath):
-            target.write_text(text)
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(
-            prefix=f".{key[:8]}-", suffix=".tmp", dir=target.parent
-        )
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path(key), text)
 
 
 class CachedChat:

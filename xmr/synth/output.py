@@ -21,7 +21,13 @@ import pyarrow.parquet as pq
 from xmr.data.errors import DataError
 from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA, read_parquet
 from xmr.pipeline.stage import Batch
-from xmr.storage import ObjectPath, StoragePath, check_bucket, filesystem_and_path
+from xmr.storage import (
+    ObjectPath,
+    StoragePath,
+    check_bucket,
+    filesystem_and_path,
+    write_atomic,
+)
 from xmr.synth.rows import PlannedRow
 
 PLAN = "plan.parquet"
@@ -74,15 +80,8 @@ def write_table_atomic(
 
 
 def write_json_atomic(data: dict, path: StoragePath) -> None:
-    """Write JSON through a temporary file and a rename (an object store: one upload)."""
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    if isinstance(path, ObjectPath):
-        path.write_text(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write JSON that is never seen half-written (:func:`~xmr.storage.write_atomic`)."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def check_out_dir(out: StoragePath) -> None:
