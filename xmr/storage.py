@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import os
 import posixpath
+import tempfile
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -239,9 +241,6 @@ def write_atomic(path: StoragePath, data: bytes | str) -> None:
     if isinstance(path, ObjectPath):
         path.write_bytes(payload)
         return
-    import os
-    import tempfile
-
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
