@@ -204,6 +204,7 @@ class GroundingDinoDetector:
         self.text_threshold = float(text_threshold)
         self._model: GroundingDinoForObjectDetection | None = None
         self._processor: GroundingDinoProcessor | None = None
+        self._processor_kwargs: dict[str, str] = {}
         self._chunks: list[tuple[str, ...]] = []
 
     @property
@@ -242,6 +243,13 @@ class GroundingDinoDetector:
         )
         self._processor = processor
         self._model = model.to(self.device).eval()
+        # Resizing and normalising on the GPU: 3-4 ms per image on an H100 against 30-70 ms on
+        # the one CPU a GPU actor holds (bench/RESULTS.md). Only torchvision-backed processors
+        # (transformers' default) take a device; PIL-backed ones stay on the CPU.
+        from transformers.image_processing_backends import TorchvisionBackend
+
+        on_gpu = self.device != "cpu" and isinstance(processor.image_processor, TorchvisionBackend)
+        self._processor_kwargs = {"device": self.device} if on_gpu else {}
         return self
 
     def detect(self, images: list[Image.Image]) -> list[list[Detection]]:
@@ -287,7 +295,8 @@ class GroundingDinoDetector:
 
         processor = self._processor
         prompt = grounding_prompt(chunk)
-        inputs = processor(images=images, text=[prompt] * len(images), return_tensors="pt")
+        texts = [prompt] * len(images)
+        inputs = processor(images=images, text=texts, return_tensors="pt", **self._processor_kwargs)
         with torch.inference_mode():
             outputs = self._model(**inputs.to(self.device))
         results = processor.post_process_grounded_object_detection(
