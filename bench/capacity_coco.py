@@ -10,7 +10,7 @@ worker counts, and writes everything as JSON with ``--out``.
 Every input is labelled MEASURED (with the command or the bench/RESULTS.md section that measured
 it) or ASSUMED (with the reason and, where there is one, a public source). The GPU figures (Stable
 Diffusion 2 inpainting and GroundingDINO seconds per image on an A10G) are ASSUMED: no A10G was
-measured (bench/RESULTS.md has the same stages measured on an H100: 0.29 and ~0.06 s per image).
+measured (bench/RESULTS.md has the same stages measured on an H100: 0.29 and ~0.09 s per image).
 Replace them with measurements from a GPU node (``bench/bench_synth_throughput.py --fill sd``,
 ``bench/bench_biaug_stages.py --device cuda``) through ``--sd-seconds-per-image`` /
 ``--detector-seconds-per-image`` or ``--set NAME=VALUE``.
