@@ -244,8 +244,9 @@ class GroundingDinoDetector:
         self._processor = processor
         self._model = model.to(self.device).eval()
         # Resizing and normalising on the GPU: 3-4 ms per image on an H100 against 30-70 ms on
-        # the one CPU a GPU actor holds (bench/RESULTS.md, "GPU stages on an H100"). Only torchvision-backed processors
-        # (transformers' default) take a device; PIL-backed ones stay on the CPU.
+        # the one CPU a GPU actor holds (bench/RESULTS.md, "GPU stages on an H100"). Only
+        # torchvision-backed processors (transformers' default) take a device; PIL-backed ones
+        # stay on the CPU.
         from transformers.image_processing_backends import TorchvisionBackend
 
         on_gpu = self.device != "cpu" and isinstance(processor.image_processor, TorchvisionBackend)
