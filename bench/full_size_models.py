@@ -22,7 +22,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from tiny_grounding_dino import bert_tokenizer  # tests/tiny_grounding_dino.py
-from tiny_sd import clip_tokenizer  # tests/tiny_sd.py
+from tiny_sd import (  # tests/tiny_sd.py
+    clip_text_encoder,
+    clip_tokenizer,
+    save_inpainting_pipeline,
+)
 
 SEED = 0
 GROUNDING_DINO_TEXT_LENGTH = 256  # grounding-dino-tiny's max_text_len
@@ -37,13 +41,7 @@ def build_sd2_inpainting(out_dir: Path, dtype: torch.dtype = torch.float16) -> P
     text tower as ``CLIPTextModel`` (23 layers, width 1024, 16 heads). DDIM scheduler, SD's beta
     schedule. Saved in ``dtype`` (safetensors); returns ``out_dir``.
     """
-    from diffusers import (
-        AutoencoderKL,
-        DDIMScheduler,
-        StableDiffusionInpaintPipeline,
-        UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel
+    from diffusers import AutoencoderKL, UNet2DConditionModel
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
@@ -80,41 +78,18 @@ def build_sd2_inpainting(out_dir: Path, dtype: torch.dtype = torch.float16) -> P
             sample_size=512,
         )
         tokenizer = clip_tokenizer()
-        text_encoder = CLIPTextModel(
-            CLIPTextConfig(
-                vocab_size=len(tokenizer),
-                hidden_size=1024,
-                intermediate_size=4096,
-                num_hidden_layers=23,
-                num_attention_heads=16,
-                hidden_act="gelu",
-                projection_dim=512,
-                max_position_embeddings=77,
-                bos_token_id=tokenizer.bos_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            )
+        text_encoder = clip_text_encoder(
+            tokenizer,
+            hidden_size=1024,
+            intermediate_size=4096,
+            layers=23,
+            heads=16,
+            hidden_act="gelu",
+            projection_dim=512,
         )
-    scheduler = DDIMScheduler(
-        beta_start=0.00085,
-        beta_end=0.012,
-        beta_schedule="scaled_linear",
-        clip_sample=False,
-        set_alpha_to_one=False,
-        steps_offset=1,
+    return save_inpainting_pipeline(
+        out_dir, unet.to(dtype), vae.to(dtype), text_encoder.to(dtype), tokenizer
     )
-    pipeline = StableDiffusionInpaintPipeline(
-        vae=vae.to(dtype),
-        text_encoder=text_encoder.to(dtype),
-        tokenizer=tokenizer,
-        unet=unet.to(dtype),
-        scheduler=scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
-    pipeline.save_pretrained(out_dir)
-    return Path(out_dir)
 
 
 def build_grounding_dino_tiny(out_dir: Path) -> Path:

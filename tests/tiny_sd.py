@@ -77,19 +77,49 @@ def build_tiny_sd_inpainting(out_dir: Path) -> Path:
         )
         torch.manual_seed(SEED)
         tokenizer = clip_tokenizer()
-        text_encoder = CLIPTextModel(
-            CLIPTextConfig(
-                vocab_size=len(tokenizer),
-                hidden_size=TEXT_DIM,
-                intermediate_size=37,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                max_position_embeddings=77,
-                bos_token_id=tokenizer.bos_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            )
+        text_encoder = clip_text_encoder(
+            tokenizer, hidden_size=TEXT_DIM, intermediate_size=37, layers=2, heads=4
         )
+    return save_inpainting_pipeline(out_dir, unet, vae, text_encoder, tokenizer)
+
+
+def clip_text_encoder(
+    tokenizer: CLIPTokenizer,
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    layers: int,
+    heads: int,
+    **config: object,
+) -> CLIPTextModel:
+    """A random ``CLIPTextModel`` of the given size over ``tokenizer``'s vocabulary and
+    special tokens, 77 positions (``config``: further ``CLIPTextConfig`` fields)."""
+    return CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            max_position_embeddings=77,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **config,
+        )
+    )
+
+
+def save_inpainting_pipeline(
+    out_dir: Path,
+    unet: UNet2DConditionModel,
+    vae: AutoencoderKL,
+    text_encoder: CLIPTextModel,
+    tokenizer: CLIPTokenizer,
+) -> Path:
+    """Assemble an inpainting pipeline from its parts with a DDIM scheduler on Stable
+    Diffusion's beta schedule and no safety checker, ``save_pretrained`` it into ``out_dir``
+    (created if missing) and return ``out_dir``."""
     scheduler = DDIMScheduler(
         beta_start=0.00085,
         beta_end=0.012,

@@ -11,9 +11,7 @@ all. The format itself (schemas, reader) lives in :mod:`xmr.data.synthetic`.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,7 +20,6 @@ from xmr.data.errors import DataError
 from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA, read_parquet
 from xmr.pipeline.stage import Batch
 from xmr.storage import (
-    ObjectPath,
     StoragePath,
     check_bucket,
     filesystem_and_path,
@@ -57,26 +54,16 @@ _OURS = {
 }  # fmt: skip
 
 
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
 def write_table_atomic(
     table: pa.Table, path: StoragePath, metadata: dict[str, str] | None = None
 ) -> None:
-    """Write a Parquet file that is never seen half-written: locally through a temporary file
-    and a rename; in an object store as one upload of the finished file."""
+    """Write a Parquet file that is never seen half-written (:func:`~xmr.storage.write_atomic`
+    of the finished file's bytes)."""
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    if isinstance(path, ObjectPath):
-        buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer, row_group_size=64)
-        path.write_bytes(buffer.getvalue().to_pybytes())
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    pq.write_table(table, tmp, row_group_size=64)
-    os.replace(tmp, path)
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer, row_group_size=64)
+    write_atomic(path, buffer.getvalue().to_pybytes())
 
 
 def write_json_atomic(data: dict, path: StoragePath) -> None:
