@@ -177,7 +177,20 @@ def test_the_gender_job_sweeps_alpha_then_m_on_the_plain_model_and_draws_both_fr
     trials = [r for r in runs.values() if r.data.tags.get("mlflow.parentRunId") in
               {s.info.run_id for s in sweeps.values()}]  # fmt: skip
     assert len(trials) == 4 and all(r.info.status == "FINISHED" for r in trials)
-    plain = next(r for r in trials if r.data.params.get("loss.fair_alpha") == "0.0")
+    # Each α trial is a whole `xmr train` on Ray Train: its own per-epoch history, final test
+    # metrics and checkpoint, in the job's folder.
+    alpha = [r for r in trials if r.data.tags["mlflow.parentRunId"] ==
+             sweeps["g-fair-alpha"].info.run_id]  # fmt: skip
+    assert sorted(r.data.params["loss.fair_alpha"] for r in alpha) == ["0.0", "1.0"]
+    for run in alpha:
+        assert run.data.tags["xmr.command"] == "train"
+        history = client.get_metric_history(run.info.run_id, "train/loss")
+        assert [m.step for m in history] == [1]  # logged per epoch by the training run itself
+        assert "final/test/bias_at_10" in run.data.metrics
+        run_dir = Path(run.data.tags["xmr.run_dir"])
+        assert (run_dir / "last.pt").is_file() and job.folder in run_dir.parents
+    assert sweeps["g-fair-alpha"].data.tags["xmr.pareto_front"]
+    plain = next(r for r in alpha if r.data.params["loss.fair_alpha"] == "0.0")
     clip_m = [r for r in trials if r.data.tags["mlflow.parentRunId"] ==
               sweeps["g-clip-m"].info.run_id]  # fmt: skip
     scored = {r.data.params["model.checkpoint"] for r in clip_m}

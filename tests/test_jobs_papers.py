@@ -20,6 +20,7 @@ from xmr.data.synthetic import read_manifest
 from xmr.data.toyworld.config import PACKAGED_WORLDS
 from xmr.jobs import run_job
 from xmr.jobs.options import JobOptions
+from xmr.models import ModelSpec, create_model
 
 REPO = Path(__file__).resolve().parents[1]
 COLOURS = {"red": (220, 30, 30), "blue": (30, 60, 220)}
@@ -230,14 +231,15 @@ def test_the_biaug_job_refuses_bad_options_before_any_step(tmp_path: Path) -> No
 def test_the_eiclip_job_trains_clip_and_eiclip_alike_and_compares_both_protocols(
     local_ray, tmp_path: Path
 ) -> None:
-    """A small shop world (world step), the CLIP baseline and EI-CLIP with the same budget,
-    both protocols' metrics compared, and a resubmission that skips every step."""
+    """A small shop world (world step), the CLIP baseline and EI-CLIP with the same budget on
+    two data-parallel workers (EI-CLIP's three losses see the other worker's batch), both
+    protocols' metrics compared, and a resubmission that skips every step."""
     from xmr.jobs.eiclip import EiClipJobOptions, eiclip_job
 
     config = tmp_path / "shop-small.yaml"
     config.write_text("image_size: 64\nsplits: {train: 60, val: 8, test: 40}\n")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    options = EiClipJobOptions(world_config=config, epochs=1, batch_size=16)
+    options = EiClipJobOptions(world_config=config, epochs=1, batch_size=16, workers=2)
     job = eiclip_job(options, JobOptions(storage=tmp_path / "jobs", name="e"))
     assert [s.name for s in job.steps] == ["world", "train-clip", "train-eiclip", "compare"]
     result = run_job(job, tracking_uri=uri, console=Console(quiet=True))
@@ -248,8 +250,13 @@ def test_the_eiclip_job_trains_clip_and_eiclip_alike_and_compares_both_protocols
     assert set(children) == {"train-clip", "train-eiclip"}
     clip, eiclip = (children[n].data.params for n in ("train-clip", "train-eiclip"))
     assert (clip["model.family"], eiclip["model.family"]) == ("clip", "eiclip")
-    for key in ("model.arch", "train.epochs", "train.batch_size", "optim.lr", "data.root"):
+    for key in ("model.arch", "train.epochs", "train.batch_size", "optim.lr", "data.root",
+                "train.workers"):  # fmt: skip
         assert clip[key] == eiclip[key], key
+    assert eiclip["train.workers"] == "2"
+    spec = ModelSpec.from_checkpoint(Path(outcomes["train-eiclip"].outputs["checkpoint"]))
+    model = create_model(spec)  # the entity vocabularies come back from the checkpoint
+    assert spec.family == "eiclip" and model.encode_texts(["a red shirt"]).shape[0] == 1
     compared = outcomes["compare"].metrics
     for key in ("test/sumr", "test/subcat_sumr", "test/recall_t2i_at_1",
                 "test/subcat_recall_i2t_at_10"):  # fmt: skip

@@ -1,20 +1,19 @@
-"""`python -m xmr.synth` as users run it: killed mid-way and rerun, and through `ray job submit`."""
+"""`python -m xmr.synth` as users run it: killed mid-way and rerun, and a worker killed mid-build.
+
+Through `ray job submit` on a running cluster: tests/test_two_nodes.py."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import NLTK_DATA, REPO
-from ray_cluster import free_port, stop_processes_naming
+from conftest import NLTK_DATA
 
 from xmr.data.synthetic import read_manifest, read_synthetic
 from xmr.synth.build import synthesize
@@ -96,43 +95,6 @@ def test_killed_build_resumes_to_the_uninterrupted_output(
     assert manifest["planned"] == manifest["written"] + manifest["errors"]
     assert _rows(out) == _rows(reference)
     assert not list(out.rglob("*.tmp"))
-
-
-def test_ray_job_submit_builds_dprime_on_a_running_cluster(small_toyworld, tmp_path) -> None:
-    temp_dir = tempfile.mkdtemp(prefix="xr", dir="/tmp")  # short: Ray's socket paths are limited
-    dashboard = free_port()
-    env = _env()
-    start = [
-        "ray", "start", "--head", "--num-cpus", "2", "--temp-dir", temp_dir,
-        "--port", str(free_port()), "--dashboard-host", "127.0.0.1",
-        "--dashboard-port", str(dashboard), "--ray-client-server-port", str(free_port()),
-        "--dashboard-agent-listen-port", str(free_port()),
-        "--min-worker-port", "21000", "--max-worker-port", "21999", "--disable-usage-stats",
-    ]  # fmt: skip
-    try:
-        started = subprocess.run(start, env=env, capture_output=True, text=True, timeout=180)
-        assert started.returncode == 0, started.stderr[-3000:]
-        out = tmp_path / "out"
-        db = tmp_path / "mlflow.db"
-        submit = [
-            "ray", "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
-            "--working-dir", str(REPO),
-            "--runtime-env-json", f'{{"env_vars": {{"NLTK_DATA": "{NLTK_DATA}"}}}}',
-            "--", "python", "-m", "xmr.synth", "--dataset", "toyworld",
-            "--data", str(small_toyworld), "--out", str(out), "--caption", "prompt",
-            "--limit", "40", "--tracking-uri", f"sqlite:///{db}",
-        ]  # fmt: skip
-        job = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
-        assert job.returncode == 0, (job.stdout + job.stderr)[-4000:]
-        assert "succeeded" in job.stdout.lower()
-        manifest = read_manifest(out)
-        assert manifest["written"] > 0
-        assert manifest["planned"] == manifest["written"] + manifest["errors"]
-        assert (out / "samples.png").stat().st_size > 0
-        assert db.is_file()
-    finally:
-        stop_processes_naming(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_a_worker_killed_mid_build_costs_nothing(small_toyworld, local_ray, tmp_path) -> None:

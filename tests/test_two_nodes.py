@@ -4,8 +4,9 @@ A head and a second node on this machine (``ray start --head`` / ``ray start --a
 with its own temp dir and worker ports, one CPU each, token authentication on) and one
 ``mlflow server`` on 127.0.0.1. Through ``ray job submit --working-dir <repo>``, with the
 server's URI in the jobs' runtime env (``MLFLOW_TRACKING_URI``, no ``--tracking-uri`` flag): a
-2-worker ``xmr train``, a tiny ``xmr tune``, ``ray_jobs/odmap.py`` (submitted twice: the second
-finds every step done) and a ``python -m xmr.synth`` whose second node is killed mid-build.
+tiny ``xmr tune``, ``ray_jobs/odmap.py`` with 2-worker training runs (submitted twice: the
+second finds every step done) and a ``python -m xmr.synth`` whose second node is killed
+mid-build.
 Ray's state API says where the work ran; the server holds every run; no job opened a sqlite
 store of its own. The module stops only the processes it started (never ``ray stop``).
 """
@@ -199,27 +200,6 @@ def test_the_cluster_refuses_a_request_without_its_token(two_nodes: TwoNodes) ->
     assert requests.get(jobs, headers=token, timeout=30).status_code == 200
 
 
-def test_two_training_workers_run_one_on_each_node(two_nodes: TwoNodes) -> None:
-    storage = two_nodes.out / "runs"
-    two_nodes.submit(
-        "train", "-m", "xmr.cli", "train", "--data", str(two_nodes.world), "--workers", "2",
-        "--cpus-per-worker", "1", "--epochs", "1", "--storage", str(storage),
-        "--name", "two-workers",
-    )  # fmt: skip
-
-    actors = two_nodes.job_rows("train", "actors")
-    workers = [a for a in actors if a["class_name"] == "RayTrainWorker"]
-    assert len(workers) == 2, workers
-    assert _nodes(workers) == {two_nodes.head_id, two_nodes.worker_id}
-
-    (run,) = _runs(two_nodes.tracking_uri, "xmr/train/toyworld")
-    assert run.info.run_name == "two-workers" and run.info.status == "FINISHED"
-    assert run.data.params["train.workers"] == "2"
-    assert "test/recall_t2i_at_10" in run.data.metrics
-    assert (storage / "two-workers" / "last.pt").is_file()
-    two_nodes.check_no_local_store()
-
-
 def test_a_sweep_runs_its_trials_on_both_nodes(two_nodes: TwoNodes) -> None:
     space = two_nodes.out / "two_nodes_clip.yaml"
     space.write_text(
@@ -260,11 +240,18 @@ def test_a_sweep_runs_its_trials_on_both_nodes(two_nodes: TwoNodes) -> None:
 
 
 def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: TwoNodes) -> None:
+    """Each training run has two data-parallel workers of one CPU: one on each node."""
     command = [
         "ray_jobs/odmap.py", "--data", str(two_nodes.world), "--epochs", "1", "--limit", "20",
-        "--storage", str(two_nodes.out / "jobs"), "--name", "two-nodes",
+        "--workers", "2", "--cpus-per-worker", "1", "--storage", str(two_nodes.out / "jobs"),
+        "--name", "two-nodes",
     ]  # fmt: skip
     two_nodes.submit("odmap", *command)
+
+    actors = two_nodes.job_rows("odmap", "actors")
+    workers = [a for a in actors if a["class_name"] == "RayTrainWorker"]
+    assert len(workers) == 4, workers  # two per training run
+    assert _nodes(workers) == {two_nodes.head_id, two_nodes.worker_id}
 
     runs = _runs(two_nodes.tracking_uri, "xmr/jobs/odmap")
     (job,) = [r for r in runs if r.data.tags.get("xmr.command") == "job"]
@@ -272,6 +259,9 @@ def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: Two
     steps = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == job.info.run_id]
     assert sorted(r.info.run_name for r in steps) == ["synth", "train-d", "train-d-dprime"]
     assert {r.info.status for r in steps} == {"FINISHED"}
+    trained = [r for r in steps if r.info.run_name.startswith("train")]
+    assert {r.data.params["train.workers"] for r in trained} == {"2"}
+    assert all(Path(r.data.tags["xmr.checkpoint"]).is_file() for r in trained)
     assert "delta/test/odmap_at_1" in job.data.metrics  # the comparison step's
     assert (two_nodes.out / "jobs" / "two-nodes" / "comparison.csv").is_file()
 
@@ -355,4 +345,5 @@ def test_killing_the_second_node_mid_synth_loses_no_row(two_nodes: TwoNodes, sma
         a.path for a in mlflow.MlflowClient(two_nodes.tracking_uri).list_artifacts(run.info.run_id)
     }
     assert "manifest.json" in artifacts  # through the server's artifact proxy
+    assert (out / "samples.png").stat().st_size > 0
     two_nodes.check_no_local_store()
