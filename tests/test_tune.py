@@ -321,10 +321,12 @@ def _start_and_wait(command: list[str], db: Path, log: Path, ready) -> subproces
 
 
 @pytest.mark.slow
-def test_an_interrupted_sweep_resumes_where_it_stopped(tune_world, tmp_path) -> None:
+def test_an_interrupted_sweep_resumes_where_it_stopped(
+    local_ray, tune_world, tmp_path, monkeypatch
+) -> None:
     """SIGTERM (``kill``, ``ray job stop``; handled as Ctrl-C is) in the middle of a sweep,
-    then the same command: no MLflow run was left RUNNING, the finished trials are kept, the
-    rest run, and every trial has exactly one child run."""
+    then the same command (here, in this process's Ray): no MLflow run was left RUNNING, the
+    finished trials are kept, the rest run, and every trial has exactly one child run."""
     ms = list(range(0, 16, 2))  # 8 trials of a fraction of a second each
     space = _clip_space(tmp_path / "clipm.yaml", tune_world, ms)
     db = tmp_path / "mlflow.db"
@@ -348,9 +350,10 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tune_world, tmp_path) -> 
     done_before = {t: run for t, (run, status) in before.items() if status == "FINISHED"}
     assert 2 <= len(done_before) < len(ms), before
 
-    second = subprocess.run(command, cwd=tmp_path, env=_SWEEP_ENV, capture_output=True, text=True)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "resuming sweep interrupted" in second.stdout
+    monkeypatch.chdir(tmp_path)  # where the first ran: its sweep folder is ./xmr-tune
+    second = CliRunner().invoke(app, command[command.index("tune") :])
+    assert second.exit_code == 0, second.output[-3000:]
+    assert "resuming sweep interrupted" in second.output
     after = _run_ids_by_trial(db)
     assert len(after) == len(ms) and all(status == "FINISHED" for _, status in after.values())
     for trial, run in done_before.items():

@@ -30,7 +30,7 @@ class EvalConfig:
     metrics: tuple[str, ...] = METRIC_GROUPS
     ks: tuple[int, ...] = (1, 5, 10)
     batch_size: int = 128
-    actors: int | None = None  # None: one per GPU, else one per CPU core (at most 4)
+    actors: int | None = None  # None: per GPU, else per CPU core (max 4); 2+ batches each
     device: str = "auto"  # auto | cpu | cuda
     seed: int = 0
     alpha1: float = 0.4

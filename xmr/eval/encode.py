@@ -12,6 +12,7 @@ Ray is imported only when encoding on it, so this module (and ``xmr.eval``) load
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -121,6 +122,11 @@ def encode(
     )  # fmt: skip
 
 
+BATCHES_PER_ACTOR = 2
+"""Each encoder actor builds its own model (seconds of loading) before it encodes anything: by
+default a small set gets no more actors than it has pairs of batches."""
+
+
 class Encoder:
     """Runs the encoding stages: on Ray (one model per actor), or here with a model in memory."""
 
@@ -178,7 +184,7 @@ class Encoder:
         else:
             from xmr.pipeline.ray_executor import run_stage
 
-            out = run_stage(rows, stage, actors=self.actors)
+            out = run_stage(rows, stage, actors=self._actors_for(len(rows)))
         image_index = {key: i for i, key in enumerate(images)}
         index = [image_index[key] for key in image_keys]
         text_index = {text: len(images) + i for i, text in enumerate(unique_texts)}
@@ -188,6 +194,14 @@ class Encoder:
             [str(out["error"][i]) for i in index],
             embedding[[text_index[t] for t in texts]],
         )
+
+    def _actors_for(self, rows: int) -> int:
+        """The actors for ``rows`` rows: ``config.actors`` when given, else the cluster's
+        default capped at one actor per :data:`BATCHES_PER_ACTOR` batches."""
+        if self.config.actors:
+            return self.config.actors
+        wanted = math.ceil(rows / (BATCHES_PER_ACTOR * self.config.batch_size))
+        return max(1, min(self.actors, wanted))
 
 
 def _odmap_set(

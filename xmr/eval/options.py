@@ -43,7 +43,9 @@ class EvalOptions:
     )
     metrics: str = option("recall,odmap,bias", "Comma-separated: recall,odmap,bias.")
     batch_size: int = option(128, "Encoding batch size.", ge=1)
-    actors: int | None = option(None, "Encoder actors (default: one per GPU or CPU core).", ge=1)
+    actors: int | None = option(
+        None, "Encoder actors (default: one per GPU or CPU core, at most one per 2 batches).", ge=1
+    )
     device: str = option("auto", "auto | cpu | cuda")
     seed: int = option(0, "Seed for random init and example sampling.", ge=0)
     clip_m: int = option(0, "CLIP-clip: drop the m dims with the most gender information.", ge=0)
