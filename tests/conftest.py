@@ -33,18 +33,17 @@ def nltk_tagger() -> None:
 
 
 @pytest.fixture(scope="session")
-def local_ray():
-    """A real local Ray (2 CPUs) shared by the tests that need one; shut down at the end."""
+def local_ray(s3):
+    """A real local Ray (2 CPUs) shared by the tests that need one; shut down at the end. Its
+    workers reach the session's S3 server (as a cluster's nodes reach their object store)."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # Workers must import stage classes defined in test modules.
     pythonpath = os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": pythonpath, "NLTK_DATA": str(NLTK_DATA), **s3.env}
     ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "NLTK_DATA": str(NLTK_DATA)}},
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env}
     )
     yield ray
     ray.shutdown()
