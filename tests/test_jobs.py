@@ -157,7 +157,7 @@ def test_the_gender_job_sweeps_alpha_then_m_on_the_plain_model_and_draws_both_fr
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     options = GenderJobOptions(
-        data=small_toyworld, epochs=1, alphas="0,1", clip_ms="0,8", max_concurrent=1
+        data=small_toyworld, epochs=1, alphas="0,1", clip_ms="0,8"
     )
     job = gender_job(options, JobOptions(storage=tmp_path / "jobs", name="g"))
     result = run_job(job, tracking_uri=uri, console=Console(quiet=True))
