@@ -156,9 +156,7 @@ def test_the_gender_job_sweeps_alpha_then_m_on_the_plain_model_and_draws_both_fr
     from xmr.jobs.options import JobOptions
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    options = GenderJobOptions(
-        data=small_toyworld, epochs=1, alphas="0,1", clip_ms="0,8"
-    )
+    options = GenderJobOptions(data=small_toyworld, epochs=1, alphas="0,1", clip_ms="0,8")
     job = gender_job(options, JobOptions(storage=tmp_path / "jobs", name="g"))
     result = run_job(job, tracking_uri=uri, console=Console(quiet=True))
     assert [s.name for s in job.steps] == ["fair-alpha", "clip-m", "pareto"]

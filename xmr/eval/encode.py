@@ -127,6 +127,21 @@ BATCHES_PER_ACTOR = 2
 default a small set gets no more actors than it has pairs of batches."""
 
 
+def encoder_actors(default: int, rows: int, batch_size: int, requested: int | None) -> int:
+    """Encoder actors for ``rows`` rows in batches of ``batch_size``: ``requested`` (``--actors``)
+    when given, else ``default`` (the cluster's) capped at one per :data:`BATCHES_PER_ACTOR`
+    batches, at least one.
+
+    >>> encoder_actors(4, 300, 128, None), encoder_actors(4, 30_000, 128, None)
+    (2, 4)
+    >>> encoder_actors(4, 10, 128, 3)
+    3
+    """
+    if requested:
+        return requested
+    return max(1, min(default, math.ceil(rows / (BATCHES_PER_ACTOR * batch_size))))
+
+
 class Encoder:
     """Runs the encoding stages: on Ray (one model per actor), or here with a model in memory."""
 
@@ -184,7 +199,8 @@ class Encoder:
         else:
             from xmr.pipeline.ray_executor import run_stage
 
-            out = run_stage(rows, stage, actors=self._actors_for(len(rows)))
+            actors = encoder_actors(self.actors, len(rows), c.batch_size, c.actors)
+            out = run_stage(rows, stage, actors=actors)
         image_index = {key: i for i, key in enumerate(images)}
         index = [image_index[key] for key in image_keys]
         text_index = {text: len(images) + i for i, text in enumerate(unique_texts)}
@@ -194,14 +210,6 @@ class Encoder:
             [str(out["error"][i]) for i in index],
             embedding[[text_index[t] for t in texts]],
         )
-
-    def _actors_for(self, rows: int) -> int:
-        """The actors for ``rows`` rows: ``config.actors`` when given, else the cluster's
-        default capped at one actor per :data:`BATCHES_PER_ACTOR` batches."""
-        if self.config.actors:
-            return self.config.actors
-        wanted = math.ceil(rows / (BATCHES_PER_ACTOR * self.config.batch_size))
-        return max(1, min(self.actors, wanted))
 
 
 def _odmap_set(
