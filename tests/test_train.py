@@ -21,6 +21,8 @@ from biaug_fixture import write_biaug_dprime
 
 from xmr.data import read_dataset
 from xmr.data.synthetic import read_manifest
+from xmr.eval.config import EvalConfig
+from xmr.eval.score import evaluate
 from xmr.models import ModelSpec, create_model
 from xmr.progress import PARTS
 from xmr.synth.build import synthesize
@@ -201,17 +203,25 @@ def test_two_workers_keep_pairs_together_and_survive_a_killed_worker(
 
 @pytest.mark.parametrize("family", ["vsepp", "blip"])
 def test_each_family_trains_and_evaluates(local_ray, small_toyworld, tmp_path, family: str) -> None:
-    """On two data-parallel workers, the harder case: each family's loss sees the other
-    worker's batch (one worker is what the CLIP, demo and CLI tests run; EI-CLIP trains on two
-    in the EI-CLIP job's test)."""
+    """On two data-parallel workers under bf16 autocast, the harder case: each family's loss
+    sees the other worker's batch (one worker and fp32 is what the CLIP, demo and CLI tests
+    run; EI-CLIP trains on two in the EI-CLIP job's test). The checkpoint stays float32 and
+    `xmr eval` scores it as the training's own test evaluation did."""
     config = resolve_config(
         family, data=small_toyworld, storage=tmp_path / "runs", epochs=1, batch_size=16,
-        workers=2,
+        workers=2, precision="bf16",
     )  # fmt: skip
     result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     for key in ("train/loss", "test/recall_t2i_at_1", "test/odmap_at_1", "test/bias_at_10"):
         assert np.isfinite(result.metrics[key]), key
+    weights = torch.load(result.last_checkpoint, weights_only=True)["model"]
+    assert {t.dtype for t in weights.values() if t.is_floating_point()} == {torch.float32}
     spec = ModelSpec.from_checkpoint(result.last_checkpoint)
     assert (spec.family, spec.arch) == (family, config.model.arch)
     model = create_model(spec)  # vocabularies come back from the checkpoint
     assert model.encode_texts(["a dog with a frisbee"]).shape == (1, model.embed_dim)
+    evaluated = evaluate(
+        EvalConfig(model=spec, dataset="toyworld", data=small_toyworld, split="test"), model=model
+    ).metrics
+    for key in ("test/recall_t2i_at_1", "test/recall_i2t_at_5", "test/odmap_at_1"):
+        assert evaluated[key] == pytest.approx(result.metrics[key]), key

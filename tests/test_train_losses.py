@@ -142,3 +142,17 @@ def test_step_schedule_halves_every_two_epochs_after_warmup() -> None:
     assert lr_factor(0, cosine, 10, 110) == pytest.approx(0.1)
     assert lr_factor(10, cosine, 10, 110) == pytest.approx(1.0)
     assert lr_factor(110, cosine, 10, 110) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("loss", [contrastive_losses, triplet_losses])
+def test_losses_are_computed_in_fp32_under_autocast(loss) -> None:
+    """``--precision bf16|amp``: the embeddings may come out of autocast in bf16, the loss
+    itself is float32 (the same value as on the float32 copies of those embeddings)."""
+    image, text = (x.bfloat16() for x in _embeddings(6))
+    ids = torch.arange(6)
+    args = (image, text, 30.0, ids) if loss is contrastive_losses else (image, text, ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = loss(*args)
+    outside = loss(*(a.float() if a.is_floating_point() else a for a in args[:2]), *args[2:])
+    for a, b in zip(inside, outside, strict=True):
+        assert a.dtype == torch.float32 and torch.equal(a, b)

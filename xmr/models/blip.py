@@ -49,6 +49,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
+from xmr.models.gather import gather_rows, local_share
 from xmr.models.losses import (
     LossConfig,
     contrastive_losses,
@@ -328,6 +329,9 @@ class BlipModel(RetrievalModel):
 class BlipObjective(nn.Module):
     """BLIP's retrieval objective: ``ITC + loss.itm_weight * ITM``, FairSample on ITC text->image.
 
+    Over the global batch: every data-parallel worker's pairs are ITC candidates and ITM
+    negatives (:func:`~xmr.models.gather.gather_rows`).
+
     ITC: symmetric InfoNCE over the batch with logit scale ``1 / temp`` (the module's learnable
     ``temp``, clamped in place to ``[0.001, 0.5]`` before each step, as BLIP does); other captions
     of the same image are not negatives (:func:`~xmr.models.losses.contrastive_losses`). Its
@@ -337,8 +341,9 @@ class BlipObjective(nn.Module):
     ``softmax(sim / temp)`` over the texts of other images, and for each text one negative image
     likewise; cross-entropy of the ITM head over the ``B`` positives and the (up to) ``2B``
     negatives. A row whose every candidate shows its own image gets no negative. Draws use a
-    CPU ``torch.Generator`` seeded with ``seed`` at construction, so the same seed and batches
-    give the same negatives on any device. With ``itm_weight == 0`` the ITM forward is skipped
+    CPU ``torch.Generator`` seeded with ``seed`` at construction (the same on every worker), so
+    the same seed and global batches give the same negatives on any device and any number of
+    workers. With ``itm_weight == 0`` the ITM forward is skipped
     (the ITM head then gets no gradient: DDP needs ``find_unused_parameters``).
 
     ``forward(batch)`` -> ``{"loss", "loss_itc", "loss_itm"}`` (parts detached).
@@ -364,37 +369,52 @@ class BlipObjective(nn.Module):
         states = self.module.vision_states(batch.pixels)
         image = F.normalize(self.module.image_embedding(states), dim=-1)
         text = F.normalize(self.module.text_embedding(ids, mask), dim=-1)
+        itm_on = self.loss.itm_weight != 0
+        # ITM pairs this worker's rows with negatives from the global batch: their vision
+        # states and tokens come too (BLIP gathers them the same way).
+        itm_inputs = (states, ids, mask) if itm_on else ()
+        (image, text, image_ids, gender, neutral, *itm_inputs), local = gather_rows(
+            image, text, batch.image_ids, batch.image_gender, batch.caption_neutral, *itm_inputs
+        )
         scale = 1.0 / self.module.temp
-        i2t, t2i = contrastive_losses(image, text, scale, batch.image_ids)
+        i2t, t2i = contrastive_losses(image, text, scale, image_ids)
         fair = None
         if self.loss.fair_alpha > 0:
-            fair = fair_contrastive_t2i(
-                image, text, scale, batch.image_ids, batch.image_gender, batch.caption_neutral
-            )
+            fair = fair_contrastive_t2i(image, text, scale, image_ids, gender, neutral)
         itc = (i2t.mean() + mix_fair(t2i, fair, self.loss.fair_alpha).mean()) / 2
-        if self.loss.itm_weight == 0:
-            itm = torch.zeros((), device=itc.device)
+        if itm_on:
+            itm = self._itm_loss(image, text, image_ids, *itm_inputs, local)
         else:
-            itm = self._itm_loss(states, image, text, ids, mask, batch.image_ids)
+            itm = torch.zeros((), device=itc.device)
         loss = itc + self.loss.itm_weight * itm
         return {"loss": loss, "loss_itc": itc.detach(), "loss_itm": itm.detach()}
 
     def _itm_loss(
         self,
-        states: torch.Tensor,
         image: torch.Tensor,
         text: torch.Tensor,
+        image_ids: torch.Tensor,
+        states: torch.Tensor,
         ids: torch.Tensor,
         mask: torch.Tensor,
-        image_ids: torch.Tensor,
+        local: slice,
     ) -> torch.Tensor:
-        """Mean ITM cross-entropy over positives and mined negatives (scalar)."""
+        """ITM cross-entropy of this worker's positives and mined negatives, as its share of
+        the mean over the global batch's (:func:`~xmr.models.gather.local_share`; one worker:
+        the mean).
+
+        All arguments cover the global batch of ``N`` rows; ``local`` is this worker's rows.
+        Every worker draws the negatives of all ``N`` rows from the same generator state, so
+        the draws do not depend on the number of workers.
+        """
         neg_text, neg_image = hard_negatives(
             image.detach() @ text.detach().T / self.module.temp.detach(),
             image_ids,
             self.generator,
         )
-        rows = torch.arange(len(ids), device=ids.device)
+        terms = len(ids) + int((neg_text >= 0).sum()) + int((neg_image >= 0).sum())
+        rows = torch.arange(len(ids), device=ids.device)[local]
+        neg_text, neg_image = neg_text[local], neg_image[local]
         has_text, has_image = neg_text >= 0, neg_image >= 0
         # Pairs (image row, text row): positives, each text with its negative image, each image
         # with its negative text.
@@ -403,8 +423,8 @@ class BlipObjective(nn.Module):
         logits = self.module.itm_logits(
             states[image_rows], ids[text_rows], mask[text_rows], self.enc_token_id
         )
-        labels = (torch.arange(len(image_rows), device=ids.device) < len(ids)).long()
-        return F.cross_entropy(logits, labels)
+        labels = (torch.arange(len(image_rows), device=ids.device) < len(rows)).long()
+        return local_share(F.cross_entropy(logits.float(), labels, reduction="sum"), terms)
 
 
 def hard_negatives(

@@ -55,6 +55,7 @@ from xmr.data.records import normalise_entity
 from xmr.models import clip
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, read_checkpoint
 from xmr.models.batch import TrainBatch
+from xmr.models.gather import gather_rows
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
 from xmr.models.vocabulary import Vocabulary
 
@@ -320,9 +321,10 @@ class EiClipObjective(nn.Module):
     ``forward(batch)`` -> ``{"loss", "loss_full", "loss_desc", "loss_entity"}`` with
     ``loss = loss_full + loss_desc + loss_entity``, each a symmetric InfoNCE (mean of the two
     directions, each averaged over its rows) between the images and, in turn, ``E^D + Ê^A``,
-    ``E^D`` and ``Ê^A``; parts detached. ``loss_entity`` uses only the rows with at least one
-    known entity (0 when there is none). With ``fair_alpha > 0`` each text->image part is
-    ``α·FairSample + (1-α)·plain``.
+    ``E^D`` and ``Ê^A``, over the global batch (every data-parallel worker's pairs,
+    :func:`~xmr.models.gather.gather_rows`); parts detached. ``loss_entity`` uses only the rows
+    with at least one known entity (0 when there is none). With ``fair_alpha > 0`` each
+    text->image part is ``α·FairSample + (1-α)·plain``.
     """
 
     def __init__(self, model: EiClipNet, loss: LossConfig) -> None:
@@ -335,12 +337,13 @@ class EiClipObjective(nn.Module):
         image: torch.Tensor,
         text: torch.Tensor,
         scale: torch.Tensor,
-        batch: TrainBatch,
+        labels: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Symmetric InfoNCE of ``[R, D]`` normalised rows: the batch's rows, or those where the
-        ``[B]`` bool ``rows`` is true (``image`` and ``text`` already restricted to them)."""
-        ids, gender, neutral = batch.image_ids, batch.image_gender, batch.caption_neutral
+        """Symmetric InfoNCE of ``[R, D]`` normalised rows: all rows, or those where the ``[N]``
+        bool ``rows`` is true (``image`` and ``text`` already restricted to them); ``labels``
+        are the ``[N]`` image ids, image genders and caption-neutral flags."""
+        ids, gender, neutral = labels
         if rows is not None:
             ids, gender, neutral = ids[rows], gender[rows], neutral[rows]
         i2t, t2i = contrastive_losses(image, text, scale, ids)
@@ -354,15 +357,18 @@ class EiClipObjective(nn.Module):
         image = F.normalize(self.model.encode_image(batch.pixels), dim=-1)
         desc = self.model.encode_text(batch.text)
         fused, _, known = self.model.entities(batch.entities, len(batch))
+        (image, desc, fused, known, *labels), _ = gather_rows(
+            image, desc, fused, known, batch.image_ids, batch.image_gender, batch.caption_neutral
+        )
         scale = self.model.logit_scale.exp().clamp(max=100.0)
-        loss_full = self._contrastive(image, F.normalize(desc + fused, dim=-1), scale, batch)
-        loss_desc = self._contrastive(image, F.normalize(desc, dim=-1), scale, batch)
+        loss_full = self._contrastive(image, F.normalize(desc + fused, dim=-1), scale, labels)
+        loss_desc = self._contrastive(image, F.normalize(desc, dim=-1), scale, labels)
         rows = known.any(dim=1)
         if rows.all():
-            loss_entity = self._contrastive(image, F.normalize(fused, dim=-1), scale, batch)
+            loss_entity = self._contrastive(image, F.normalize(fused, dim=-1), scale, labels)
         elif rows.any():
             entity = F.normalize(fused[rows], dim=-1)
-            loss_entity = self._contrastive(image[rows], entity, scale, batch, rows)
+            loss_entity = self._contrastive(image[rows], entity, scale, labels, rows)
         else:
             loss_entity = image.new_zeros(())
         loss = loss_full + loss_desc + loss_entity

@@ -1,6 +1,7 @@
 """Training losses, one definition each, over a batch of ``B`` L2-normalised embeddings.
 
-Every function returns per-row losses (``[B]``) so callers choose the reduction; rows that
+Every function returns per-row losses (``[B]``) so callers choose the reduction, computed in
+float32 whatever the autocast precision of the forward pass (:func:`in_fp32`); rows that
 show the same image (equal ``image_ids``) are never each other's negatives.
 
 - :func:`contrastive_losses`: CLIP's symmetric InfoNCE (image->text and text->image).
@@ -15,8 +16,11 @@ show the same image (equal ``image_ids``) are never each other's negatives.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +52,28 @@ class LossConfig:
         return {f"loss.{k}": str(v) for k, v in self.__dict__.items()}
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def in_fp32(loss: Callable[P, R]) -> Callable[P, R]:
+    """Run ``loss`` outside autocast, its floating-point tensor arguments cast to float32 (the
+    softmax and hinge terms of a contrastive loss lose too much in bf16 or fp16)."""
+
+    def fp32(value: object) -> object:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return value.float()
+        return value
+
+    @functools.wraps(loss)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        device = next(a for a in args if isinstance(a, torch.Tensor)).device.type
+        with torch.autocast(device_type=device, enabled=False):
+            return loss(*map(fp32, args), **{k: fp32(v) for k, v in kwargs.items()})
+
+    return wrapper
+
+
 def same_image(image_ids: torch.Tensor) -> torch.Tensor:
     """``[B]`` ids -> ``[B, B]`` bool, True where rows ``i`` and ``j`` show the same image."""
     return image_ids[:, None] == image_ids[None, :]
@@ -59,6 +85,7 @@ def _false_negatives(image_ids: torch.Tensor) -> torch.Tensor:
     return same & ~torch.eye(len(image_ids), dtype=torch.bool, device=same.device)
 
 
+@in_fp32
 def contrastive_losses(
     image_emb: torch.Tensor,
     text_emb: torch.Tensor,
@@ -81,6 +108,7 @@ def contrastive_losses(
     return i2t, t2i
 
 
+@in_fp32
 def triplet_losses(
     image_emb: torch.Tensor,
     text_emb: torch.Tensor,
@@ -127,6 +155,7 @@ def _balanced_negatives(
     return weights, present > 0
 
 
+@in_fp32
 def fair_triplet_t2i(
     image_emb: torch.Tensor,
     text_emb: torch.Tensor,
@@ -153,6 +182,7 @@ def fair_triplet_t2i(
     return torch.where(caption_neutral & has_gendered, fair, plain)
 
 
+@in_fp32
 def fair_contrastive_t2i(
     image_emb: torch.Tensor,
     text_emb: torch.Tensor,

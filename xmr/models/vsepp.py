@@ -51,6 +51,7 @@ from torchvision.models.vgg import VGG, make_layers
 
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, RetrievalModel, read_checkpoint
 from xmr.models.batch import TrainBatch
+from xmr.models.gather import gather_rows
 from xmr.models.losses import LossConfig, fair_triplet_t2i, mix_fair, triplet_losses
 from xmr.models.vocabulary import Vocabulary
 
@@ -468,7 +469,8 @@ class VseppModel(RetrievalModel):
 
 
 class VseppObjective(nn.Module):
-    """VSE++'s hinge triplet loss on L2-normalised embeddings, summed over the batch.
+    """VSE++'s hinge triplet loss on L2-normalised embeddings, summed over the global batch
+    (every data-parallel worker's pairs, :func:`~xmr.models.gather.gather_rows`).
 
     ``forward(batch)`` -> ``{"loss", "loss_i2t", "loss_t2i"}`` with ``loss = loss_i2t +
     loss_t2i`` (parts detached). Margin and hardest-negative come from the :class:`LossConfig`;
@@ -488,19 +490,14 @@ class VseppObjective(nn.Module):
     def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
         image = F.normalize(self.model.encode_image(batch.pixels), dim=-1)
         text = F.normalize(self.model.encode_text(batch.text), dim=-1)
-        margin, hardest = self.loss.margin, self.loss.max_violation
-        i2t, t2i = triplet_losses(
-            image, text, batch.image_ids, margin=margin, max_violation=hardest
+        (image, text, image_ids, gender, neutral), _ = gather_rows(
+            image, text, batch.image_ids, batch.image_gender, batch.caption_neutral
         )
+        margin, hardest = self.loss.margin, self.loss.max_violation
+        i2t, t2i = triplet_losses(image, text, image_ids, margin=margin, max_violation=hardest)
         if self.loss.fair_alpha > 0:
             fair = fair_triplet_t2i(
-                image,
-                text,
-                batch.image_ids,
-                batch.image_gender,
-                batch.caption_neutral,
-                margin=margin,
-                max_violation=hardest,
+                image, text, image_ids, gender, neutral, margin=margin, max_violation=hardest
             )
             t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
         loss_i2t, loss_t2i = i2t.sum(), t2i.sum()

@@ -18,6 +18,7 @@ from xmr.models.losses import LossConfig
 from xmr.options import check_options, resolve_paths
 from xmr.storage import StoragePath, storage_path
 from xmr.train.options import DEFAULT_STORAGE, TrainOptions
+from xmr.train.precision import check_precision
 
 OPTIMIZERS = ("adam", "adamw")
 SCHEDULES = ("step", "cosine", "constant")
@@ -127,6 +128,7 @@ class TrainConfig:
     eval_split: str = "val"
     test_split: str = "test"
     ks: tuple[int, ...] = (1, 5, 10)
+    precision: str = "fp32"  # fp32 | bf16 | amp (xmr.train.precision)
     workers: int = 1
     gpus_per_worker: float = 0.0
     cpus_per_worker: int = 1
@@ -141,6 +143,7 @@ class TrainConfig:
                 f"--batch-size {self.batch_size} leaves fewer than 2 pairs per worker "
                 f"({self.workers} workers): contrastive losses need negatives"
             )
+        check_precision(self.precision)
         if self.synth_ratio is not None and self.synth is None:
             raise ValueError("--synth-ratio needs --synth (a D′ folder from `xmr synth`)")
         if not self.hard_negatives and self.synth is None:
@@ -158,14 +161,16 @@ class TrainConfig:
     def fingerprint(self) -> str:
         """Hash of what decides the trained weights (not where or how fast it runs).
 
-        ``hard_negatives`` enters only when off and ``synth_only`` only when on, so runs named
-        before the flags existed keep their names.
+        ``hard_negatives`` enters only when off, ``synth_only`` only when on and ``precision``
+        only when not fp32, so runs named before the flags existed keep their names.
         """
         keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
         if self.hard_negatives:
             del keep["hard_negatives"]
         if not self.synth_only:
             del keep["synth_only"]
+        if self.precision == "fp32":
+            del keep["precision"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
 
     def default_name(self) -> str:
@@ -207,6 +212,7 @@ class TrainConfig:
             "data.synth_only": str(self.synth_only),
             "train.epochs": str(self.epochs),
             "train.batch_size": str(self.batch_size),
+            "train.precision": self.precision,
             "train.workers": str(self.workers),
             "train.gpus_per_worker": str(self.gpus_per_worker),
             "train.seed": str(self.seed),

@@ -38,6 +38,7 @@ from xmr.eval.score import evaluate
 from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
 from xmr.models.batch import TrainBatch
+from xmr.models.gather import mean_over_workers
 from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
 from xmr.train.batching import (
@@ -51,6 +52,7 @@ from xmr.train.batching import (
 from xmr.train.config import TrainConfig
 from xmr.train.data import collate
 from xmr.train.optim import make_optimizer, make_scheduler
+from xmr.train.precision import autocast, check_precision, grad_scaler
 
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
 STATE_FILE = "train_state.pt"  # optimiser, scheduler, epoch, best score, RNG states
@@ -140,13 +142,16 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     device = ray.train.torch.get_device()
     if device.type == "cpu":
         torch.set_num_threads(max(1, config.cpus_per_worker))
+    check_precision(config.precision, device)
 
     corpus = Corpus(**loop_config["corpus"])
     products = bool(corpus.entities)  # the training pairs carry product entities
     model = create_model(config.model, seed=config.seed, corpus=corpus)  # same on every rank
-    objective = model.objective(config.loss, seed=config.seed * 1_009 + rank)
+    # The same seed on every rank: each draws the global batch's BLIP negatives alike.
+    objective = model.objective(config.loss, seed=config.seed * 1_009)
     optimizer = make_optimizer(objective.parameters(), config.optim)
     scheduler = make_scheduler(optimizer, config.optim, steps_per_epoch, config.epochs)
+    scaler = grad_scaler(config.precision, device)
     start_epoch, best = 0, -math.inf
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
@@ -156,6 +161,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         objective.load_state_dict({**objective.state_dict(), **state["objective_extra"]})
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state.get("scaler", {}))
         start_epoch, best = int(state["epoch"]), float(state["best"])
     # To the device; DDP when there are several ranks. A loss may leave parts of the model
     # without gradient in a step (BLIP with itm_weight 0, EI-CLIP's absent entity groups).
@@ -191,10 +197,12 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             batch = batch.to(device, non_blocking=True)
             pair_rows[0] += grouped_rows
             pair_rows[1] += together_rows
-            out = objective(batch)
+            with autocast(config.precision, device):
+                out = objective(batch)
             optimizer.zero_grad(set_to_none=True)
-            out["loss"].backward()
-            optimizer.step()
+            scaler.scale(out["loss"]).backward()
+            scaler.step(optimizer)
+            scaler.update()
             scheduler.step()
             for key, value in out.items():
                 totals[key] += float(value.detach())
@@ -205,6 +213,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - start
+        # A loss over this rank's rows is its share of the global mean: average over ranks.
+        if totals:
+            means = mean_over_workers(list(totals.values()), device)
+            totals = dict(zip(totals, means, strict=True))
         metrics: dict[str, float] = {
             "epoch": epoch + 1,
             "lr": scheduler.get_last_lr()[0],
@@ -249,6 +261,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 "best": best,
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict(),
             }
         # report() copies the checkpoint into Ray Train's storage before it returns: the scratch
         # folder goes with the epoch (kept, one per epoch fills the node's disk on a long run).

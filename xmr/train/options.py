@@ -54,6 +54,11 @@ class TrainOptions:
     epochs: int | None = option(None, "Epochs (default: the family's).", ge=1)
     batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
     lr: float | None = option(None, "Learning rate (default: the family's).", gt=0)
+    precision: str = option(
+        "fp32",
+        "fp32 | bf16 (bfloat16 autocast) | amp (float16 autocast, gradient scaler); "
+        "losses, weights and checkpoints stay fp32.",
+    )
     workers: int = option(1, "Data-parallel training workers.", ge=1)
     gpus_per_worker: float = option(0.0, "GPUs per worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per worker.", ge=1)
