@@ -80,7 +80,7 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
         split="val", synth=tmp_path / "s", synth_ratio=0.5, fair_alpha=0.3, epochs=2,
         batch_size=8, lr=0.01, workers=2, gpus_per_worker=0.5, cpus_per_worker=3,
         init=tmp_path / "x.pt", name="run", storage=tmp_path / "runs", seed=5, eval_every=1,
-        max_failures=0, precision="bf16",
+        max_failures=0, precision="bf16", accum_steps=2,
     )  # fmt: skip
     config = given.config()
     assert config.model == ModelSpec("clip", "xmr-tiny", None, tmp_path / "x.pt")
@@ -152,6 +152,8 @@ _REFUSALS = [
     (["train", "--synth-ratio", "-1"], "--synth-ratio must be >= 0"),
     (["train", "--fair-alpha", "2"], "--fair-alpha must be in [0, 1], got 2.0"),
     (["train", "--precision", "fp16"], "--precision must be one of fp32 | bf16 | amp, got 'fp16'"),
+    (["train", "--accum-steps", "0"], "--accum-steps must be >= 1, got 0"),
+    (["train", "--batch-size", "8", "--accum-steps", "8"], "fewer than 2 pairs per micro-batch"),
     (["train", "--init", "notes.txt"], "notes.txt is not a checkpoint"),
     (["train", "--init", "folder"], "folder is a directory"),
     (["eval", "--actors", "0"], "--actors must be >= 1, got 0"),

@@ -203,13 +203,14 @@ def test_two_workers_keep_pairs_together_and_survive_a_killed_worker(
 
 @pytest.mark.parametrize("family", ["vsepp", "blip"])
 def test_each_family_trains_and_evaluates(local_ray, small_toyworld, tmp_path, family: str) -> None:
-    """On two data-parallel workers under bf16 autocast, the harder case: each family's loss
-    sees the other worker's batch (one worker and fp32 is what the CLIP, demo and CLI tests
-    run; EI-CLIP trains on two in the EI-CLIP job's test). The checkpoint stays float32 and
-    `xmr eval` scores it as the training's own test evaluation did."""
+    """On two data-parallel workers under bf16 autocast, each accumulating 2 micro-batches per
+    step, the harder case: each family's loss sees the other worker's batch (one worker and
+    fp32 is what the CLIP, demo and CLI tests run; EI-CLIP trains on two in the EI-CLIP job's
+    test). The checkpoint stays float32 and `xmr eval` scores it as the training's own test
+    evaluation did."""
     config = resolve_config(
         family, data=small_toyworld, storage=tmp_path / "runs", epochs=1, batch_size=16,
-        workers=2, precision="bf16",
+        workers=2, precision="bf16", accum_steps=2,
     )  # fmt: skip
     result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     for key in ("train/loss", "test/recall_t2i_at_1", "test/odmap_at_1", "test/bias_at_10"):

@@ -38,6 +38,15 @@ class TrainBatch:
     caption_neutral: torch.Tensor
     entities: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def labels(self) -> dict[str, torch.Tensor]:
+        """The rows' labels the losses read: ``image_ids``, ``image_gender``,
+        ``caption_neutral`` (each ``[B]``)."""
+        return {
+            "image_ids": self.image_ids,
+            "image_gender": self.image_gender,
+            "caption_neutral": self.caption_neutral,
+        }
+
     def __len__(self) -> int:
         return int(self.image_ids.shape[0])
 

@@ -49,7 +49,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
-from xmr.models.gather import gather_rows, local_share
+from xmr.models.gather import local_share
 from xmr.models.losses import (
     LossConfig,
     contrastive_losses,
@@ -57,6 +57,7 @@ from xmr.models.losses import (
     mix_fair,
     same_image,
 )
+from xmr.models.objective import Objective
 from xmr.pretrained import local_model_dir
 
 CONFIGS = Path(__file__).parent / "configs" / "blip"
@@ -326,11 +327,11 @@ class BlipModel(RetrievalModel):
         return BlipObjective(self.module, loss, enc_token_id=self.arch.enc_token_id, seed=seed)
 
 
-class BlipObjective(nn.Module):
+class BlipObjective(Objective):
     """BLIP's retrieval objective: ``ITC + loss.itm_weight * ITM``, FairSample on ITC text->image.
 
     Over the global batch: every data-parallel worker's pairs are ITC candidates and ITM
-    negatives (:func:`~xmr.models.gather.gather_rows`).
+    negatives (:class:`~xmr.models.objective.Objective`).
 
     ITC: symmetric InfoNCE over the batch with logit scale ``1 / temp`` (the module's learnable
     ``temp``, clamped in place to ``[0.001, 0.5]`` before each step, as BLIP does); other captions
@@ -358,7 +359,7 @@ class BlipObjective(nn.Module):
         self.enc_token_id = enc_token_id
         self.generator = torch.Generator().manual_seed(seed)
 
-    def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+    def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
         if not isinstance(batch.text, dict):
             raise TypeError(
                 "blip expects batch.text as tokenize()'s dict of input_ids/attention_mask"
@@ -367,23 +368,32 @@ class BlipObjective(nn.Module):
             self.module.temp.clamp_(TEMP_MIN, TEMP_MAX)
         ids, mask = batch.text["input_ids"], batch.text["attention_mask"]
         states = self.module.vision_states(batch.pixels)
-        image = F.normalize(self.module.image_embedding(states), dim=-1)
-        text = F.normalize(self.module.text_embedding(ids, mask), dim=-1)
-        itm_on = self.loss.itm_weight != 0
-        # ITM pairs this worker's rows with negatives from the global batch: their vision
-        # states and tokens come too (BLIP gathers them the same way).
-        itm_inputs = (states, ids, mask) if itm_on else ()
-        (image, text, image_ids, gender, neutral, *itm_inputs), local = gather_rows(
-            image, text, batch.image_ids, batch.image_gender, batch.caption_neutral, *itm_inputs
-        )
+        features = {
+            "image": F.normalize(self.module.image_embedding(states), dim=-1),
+            "text": F.normalize(self.module.text_embedding(ids, mask), dim=-1),
+            **batch.labels(),
+        }
+        if self.loss.itm_weight != 0:
+            # ITM pairs the rows with negatives from the whole global batch: their vision
+            # states and tokens go with them (BLIP gathers them the same way).
+            features.update(states=states, input_ids=ids, attention_mask=mask)
+        return features
+
+    def loss_from(self, rows: dict[str, torch.Tensor], local: slice) -> dict[str, torch.Tensor]:
+        image, text, image_ids = rows["image"], rows["text"], rows["image_ids"]
         scale = 1.0 / self.module.temp
         i2t, t2i = contrastive_losses(image, text, scale, image_ids)
         fair = None
         if self.loss.fair_alpha > 0:
-            fair = fair_contrastive_t2i(image, text, scale, image_ids, gender, neutral)
+            fair = fair_contrastive_t2i(
+                image, text, scale, image_ids, rows["image_gender"], rows["caption_neutral"]
+            )
         itc = (i2t.mean() + mix_fair(t2i, fair, self.loss.fair_alpha).mean()) / 2
-        if itm_on:
-            itm = self._itm_loss(image, text, image_ids, *itm_inputs, local)
+        if self.loss.itm_weight != 0:
+            itm = self._itm_loss(
+                image, text, image_ids, rows["states"], rows["input_ids"],
+                rows["attention_mask"], local,
+            )  # fmt: skip
         else:
             itm = torch.zeros((), device=itc.device)
         loss = itc + self.loss.itm_weight * itm

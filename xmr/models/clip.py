@@ -19,8 +19,8 @@ from torch import nn
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
-from xmr.models.gather import gather_rows
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
+from xmr.models.objective import Objective
 
 CONFIGS = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIGS)
@@ -67,13 +67,13 @@ class ClipModel(RetrievalModel):
         return ClipObjective(self.module, loss)
 
 
-class ClipObjective(nn.Module):
+class ClipObjective(Objective):
     """Symmetric InfoNCE with CLIP's learnable temperature; FairSample on text->image.
 
-    Over the global batch: every data-parallel worker's pairs are candidates
-    (:func:`~xmr.models.gather.gather_rows`). ``forward(batch)`` -> ``{"loss", "loss_i2t",
-    "loss_t2i"}``: the loss is the mean of the two directions (each averaged over the batch),
-    the parts are detached.
+    Over the global batch (:class:`~xmr.models.objective.Objective`): every data-parallel
+    worker's pairs are candidates. ``forward(batch)`` -> ``{"loss", "loss_i2t", "loss_t2i"}``:
+    the loss is the mean of the two directions (each averaged over the batch), the parts are
+    detached.
     """
 
     def __init__(self, model: nn.Module, loss: LossConfig) -> None:
@@ -81,17 +81,22 @@ class ClipObjective(nn.Module):
         self.model = model
         self.loss = loss
 
-    def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
-        image = F.normalize(self.model.encode_image(batch.pixels), dim=-1)
-        text = F.normalize(self.model.encode_text(batch.text), dim=-1)
-        (image, text, image_ids, gender, neutral), _ = gather_rows(
-            image, text, batch.image_ids, batch.image_gender, batch.caption_neutral
-        )
+    def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        return {
+            "image": F.normalize(self.model.encode_image(batch.pixels), dim=-1),
+            "text": F.normalize(self.model.encode_text(batch.text), dim=-1),
+            **batch.labels(),
+        }
+
+    def loss_from(self, rows: dict[str, torch.Tensor], local: slice) -> dict[str, torch.Tensor]:
+        image, text, image_ids = rows["image"], rows["text"], rows["image_ids"]
         scale = self.model.logit_scale.exp().clamp(max=100.0)
         i2t, t2i = contrastive_losses(image, text, scale, image_ids)
         fair = None
         if self.loss.fair_alpha > 0:
-            fair = fair_contrastive_t2i(image, text, scale, image_ids, gender, neutral)
+            fair = fair_contrastive_t2i(
+                image, text, scale, image_ids, rows["image_gender"], rows["caption_neutral"]
+            )
         t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
         loss = (i2t.mean() + t2i.mean()) / 2
         return {"loss": loss, "loss_i2t": i2t.mean().detach(), "loss_t2i": t2i.mean().detach()}

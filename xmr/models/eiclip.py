@@ -55,8 +55,8 @@ from xmr.data.records import normalise_entity
 from xmr.models import clip
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, read_checkpoint
 from xmr.models.batch import TrainBatch
-from xmr.models.gather import gather_rows
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
+from xmr.models.objective import Objective
 from xmr.models.vocabulary import Vocabulary
 
 ENTITY_RESERVED = ("",)
@@ -315,14 +315,14 @@ class EiClipModel(clip.ClipModel):
         }
 
 
-class EiClipObjective(nn.Module):
+class EiClipObjective(Objective):
     """EI-CLIP's training loss (paper §3.3, "Training") with CLIP's learnable temperature.
 
     ``forward(batch)`` -> ``{"loss", "loss_full", "loss_desc", "loss_entity"}`` with
     ``loss = loss_full + loss_desc + loss_entity``, each a symmetric InfoNCE (mean of the two
     directions, each averaged over its rows) between the images and, in turn, ``E^D + Ê^A``,
     ``E^D`` and ``Ê^A``, over the global batch (every data-parallel worker's pairs,
-    :func:`~xmr.models.gather.gather_rows`); parts detached. ``loss_entity`` uses only the rows
+    :class:`~xmr.models.objective.Objective`); parts detached. ``loss_entity`` uses only the rows
     with at least one known entity (0 when there is none). With ``fair_alpha > 0`` each
     text->image part is ``α·FairSample + (1-α)·plain``.
     """
@@ -353,22 +353,28 @@ class EiClipObjective(nn.Module):
         t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
         return (i2t.mean() + t2i.mean()) / 2
 
-    def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
-        image = F.normalize(self.model.encode_image(batch.pixels), dim=-1)
-        desc = self.model.encode_text(batch.text)
+    def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
         fused, _, known = self.model.entities(batch.entities, len(batch))
-        (image, desc, fused, known, *labels), _ = gather_rows(
-            image, desc, fused, known, batch.image_ids, batch.image_gender, batch.caption_neutral
-        )
+        return {
+            "image": F.normalize(self.model.encode_image(batch.pixels), dim=-1),
+            "desc": self.model.encode_text(batch.text),
+            "fused": fused,
+            "known": known,
+            **batch.labels(),
+        }
+
+    def loss_from(self, rows: dict[str, torch.Tensor], local: slice) -> dict[str, torch.Tensor]:
+        image, desc, fused = rows["image"], rows["desc"], rows["fused"]
+        labels = (rows["image_ids"], rows["image_gender"], rows["caption_neutral"])
         scale = self.model.logit_scale.exp().clamp(max=100.0)
         loss_full = self._contrastive(image, F.normalize(desc + fused, dim=-1), scale, labels)
         loss_desc = self._contrastive(image, F.normalize(desc, dim=-1), scale, labels)
-        rows = known.any(dim=1)
-        if rows.all():
+        entity_rows = rows["known"].any(dim=1)
+        if entity_rows.all():
             loss_entity = self._contrastive(image, F.normalize(fused, dim=-1), scale, labels)
-        elif rows.any():
-            entity = F.normalize(fused[rows], dim=-1)
-            loss_entity = self._contrastive(image[rows], entity, scale, labels, rows)
+        elif entity_rows.any():
+            entity = F.normalize(fused[entity_rows], dim=-1)
+            loss_entity = self._contrastive(image[entity_rows], entity, scale, labels, entity_rows)
         else:
             loss_entity = image.new_zeros(())
         loss = loss_full + loss_desc + loss_entity

@@ -21,7 +21,7 @@ Outside a process group (one worker, evaluation, tests) everything here is the i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -84,6 +84,12 @@ def gather_rows(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], slice]:
             gathered.append(_GatherRows.apply(tensor, sizes, rank))
     start = sum(sizes[:rank])
     return gathered, slice(start, start + count)
+
+
+def gather_features(features: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
+    """:func:`gather_rows` over a dict of row-aligned tensors (an objective's features)."""
+    gathered, local = gather_rows(*features.values())
+    return dict(zip(features, gathered, strict=True)), local
 
 
 def local_share(local_sum: torch.Tensor, global_count: int | float) -> torch.Tensor:

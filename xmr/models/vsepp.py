@@ -51,8 +51,8 @@ from torchvision.models.vgg import VGG, make_layers
 
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, RetrievalModel, read_checkpoint
 from xmr.models.batch import TrainBatch
-from xmr.models.gather import gather_rows
 from xmr.models.losses import LossConfig, fair_triplet_t2i, mix_fair, triplet_losses
+from xmr.models.objective import Objective
 from xmr.models.vocabulary import Vocabulary
 
 CONFIGS = Path(__file__).parent / "configs" / "vsepp"
@@ -468,9 +468,9 @@ class VseppModel(RetrievalModel):
         return {"vocab": self.vocab.to_checkpoint()}
 
 
-class VseppObjective(nn.Module):
+class VseppObjective(Objective):
     """VSE++'s hinge triplet loss on L2-normalised embeddings, summed over the global batch
-    (every data-parallel worker's pairs, :func:`~xmr.models.gather.gather_rows`).
+    (every data-parallel worker's pairs, :class:`~xmr.models.objective.Objective`).
 
     ``forward(batch)`` -> ``{"loss", "loss_i2t", "loss_t2i"}`` with ``loss = loss_i2t +
     loss_t2i`` (parts detached). Margin and hardest-negative come from the :class:`LossConfig`;
@@ -487,15 +487,19 @@ class VseppObjective(nn.Module):
         self.model = model
         self.loss = loss
 
-    def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
-        image = F.normalize(self.model.encode_image(batch.pixels), dim=-1)
-        text = F.normalize(self.model.encode_text(batch.text), dim=-1)
-        (image, text, image_ids, gender, neutral), _ = gather_rows(
-            image, text, batch.image_ids, batch.image_gender, batch.caption_neutral
-        )
+    def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        return {
+            "image": F.normalize(self.model.encode_image(batch.pixels), dim=-1),
+            "text": F.normalize(self.model.encode_text(batch.text), dim=-1),
+            **batch.labels(),
+        }
+
+    def loss_from(self, rows: dict[str, torch.Tensor], local: slice) -> dict[str, torch.Tensor]:
+        image, text, image_ids = rows["image"], rows["text"], rows["image_ids"]
         margin, hardest = self.loss.margin, self.loss.max_violation
         i2t, t2i = triplet_losses(image, text, image_ids, margin=margin, max_violation=hardest)
         if self.loss.fair_alpha > 0:
+            gender, neutral = rows["image_gender"], rows["caption_neutral"]
             fair = fair_triplet_t2i(
                 image, text, image_ids, gender, neutral, margin=margin, max_violation=hardest
             )

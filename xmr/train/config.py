@@ -104,11 +104,13 @@ class TrainConfig:
     """Everything that defines a training run (the run name defaults to its hash).
 
     ``batch_size`` is global: each of the ``workers`` data-parallel workers takes
-    ``batch_size // workers`` pairs per step. ``model.checkpoint`` (``--init``) is the
-    checkpoint training starts from. Paths are made absolute (the Ray Train workers run in
-    other folders); ``storage``, ``synth`` and the checkpoint may be object-store URIs
-    (:class:`~xmr.storage.ObjectPath`). Values are checked against the bounds
-    :class:`TrainOptions` declares.
+    ``batch_size // workers`` pairs per step, in ``accum_steps`` micro-batches; neither the
+    workers nor the accumulation change the objective (the loss sees the global batch), so
+    both are left out of the run's hash, like the other runtime fields. ``model.checkpoint``
+    (``--init``) is the checkpoint training starts from. Paths are made absolute (the Ray
+    Train workers run in other folders); ``storage``, ``synth`` and the checkpoint may be
+    object-store URIs (:class:`~xmr.storage.ObjectPath`). Values are checked against the
+    bounds :class:`TrainOptions` declares.
     """
 
     model: ModelSpec
@@ -129,6 +131,7 @@ class TrainConfig:
     test_split: str = "test"
     ks: tuple[int, ...] = (1, 5, 10)
     precision: str = "fp32"  # fp32 | bf16 | amp (xmr.train.precision)
+    accum_steps: int = 1  # micro-batches per optimiser step (xmr.train.accumulate)
     workers: int = 1
     gpus_per_worker: float = 0.0
     cpus_per_worker: int = 1
@@ -138,10 +141,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_options(self, TrainOptions)
-        if self.batch_size < 2 * self.workers:
+        if self.batch_size < 2 * self.workers * self.accum_steps:
             raise ValueError(
-                f"--batch-size {self.batch_size} leaves fewer than 2 pairs per worker "
-                f"({self.workers} workers): contrastive losses need negatives"
+                f"--batch-size {self.batch_size} leaves fewer than 2 pairs per micro-batch "
+                f"({self.workers} workers × --accum-steps {self.accum_steps})"
             )
         check_precision(self.precision)
         if self.synth_ratio is not None and self.synth is None:
@@ -157,6 +160,11 @@ class TrainConfig:
     @property
     def per_worker_batch(self) -> int:
         return self.batch_size // self.workers
+
+    @property
+    def micro_batch(self) -> int:
+        """Pairs each worker encodes at a time: ``per_worker_batch / accum_steps``."""
+        return self.per_worker_batch // self.accum_steps
 
     def fingerprint(self) -> str:
         """Hash of what decides the trained weights (not where or how fast it runs).
@@ -214,6 +222,7 @@ class TrainConfig:
             "train.batch_size": str(self.batch_size),
             "train.precision": self.precision,
             "train.workers": str(self.workers),
+            "train.accum_steps": str(self.accum_steps),
             "train.gpus_per_worker": str(self.gpus_per_worker),
             "train.seed": str(self.seed),
             "train.eval_every": str(self.eval_every),
@@ -222,7 +231,7 @@ class TrainConfig:
 
 
 _RUNTIME_FIELDS = {"workers", "gpus_per_worker", "cpus_per_worker", "max_failures", "name",
-                   "storage", "eval_every"}  # fmt: skip
+                   "storage", "eval_every", "accum_steps"}  # fmt: skip
 
 
 def resolve_config(

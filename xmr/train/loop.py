@@ -41,6 +41,7 @@ from xmr.models.batch import TrainBatch
 from xmr.models.gather import mean_over_workers
 from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
+from xmr.train.accumulate import accumulated_backward, average_gradients
 from xmr.train.batching import (
     GROUP_COLUMN,
     batch_groups,
@@ -173,7 +174,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     batches = partial(
         _epoch_batches,
         shard,
-        config.per_worker_batch,
+        config.micro_batch,
         partial(collate, model=model),
         grouped=grouped,
         device=device,
@@ -191,23 +192,33 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             if rank == 0
             else None
         )
-        for batch, (grouped_rows, together_rows) in batches(
-            shuffle_seed=config.seed * 1_009 + epoch
-        ):
-            batch = batch.to(device, non_blocking=True)
-            pair_rows[0] += grouped_rows
-            pair_rows[1] += together_rows
-            with autocast(config.precision, device):
-                out = objective(batch)
+        micro_batches = _in_groups(
+            batches(shuffle_seed=config.seed * 1_009 + epoch), config.accum_steps
+        )
+        for group in micro_batches:
+            micro = [batch.to(device, non_blocking=True) for batch, _ in group]
+            pair_rows[0] += sum(grouped_rows for _, (grouped_rows, _) in group)
+            pair_rows[1] += sum(together_rows for _, (_, together_rows) in group)
             optimizer.zero_grad(set_to_none=True)
-            scaler.scale(out["loss"]).backward()
+            if len(micro) == 1:  # through DDP, which averages the gradients
+                with autocast(config.precision, device):
+                    out = objective(micro[0])
+                scaler.scale(out["loss"]).backward()
+            else:  # the global batch of k micro-batches (xmr.train.accumulate)
+                out = accumulated_backward(
+                    _unwrap(objective),
+                    micro,
+                    scale=scaler.scale,
+                    autocast=partial(autocast, config.precision, device),
+                )
+                average_gradients(_unwrap(objective))
             scaler.step(optimizer)
             scaler.update()
             scheduler.step()
             for key, value in out.items():
                 totals[key] += float(value.detach())
             steps += 1
-            samples += len(batch)
+            samples += sum(len(batch) for batch in micro)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
@@ -315,6 +326,17 @@ def _epoch_batches(
 
     collated = collate_ahead(batch_groups(groups, batch_size), collate_counted)
     yield from _in_lockstep(collated, device, world_size)
+
+
+def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """``items`` in lists of ``size`` (an optimiser step's micro-batches); a shorter last
+    list is dropped (every rank has as many items, so every rank drops it)."""
+    group: list[Item] = []
+    for item in items:
+        group.append(item)
+        if len(group) == size:
+            yield group
+            group = []
 
 
 def _in_lockstep(items: Iterable[Item], device: torch.device, world_size: int) -> Iterator[Item]:

@@ -60,6 +60,12 @@ class TrainOptions:
         "losses, weights and checkpoints stay fp32.",
     )
     workers: int = option(1, "Data-parallel training workers.", ge=1)
+    accum_steps: int = option(
+        1,
+        "Micro-batches per step: the global batch in k passes, negatives intact "
+        "(for a paper's batch on a smaller GPU).",
+        ge=1,
+    )
     gpus_per_worker: float = option(0.0, "GPUs per worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per worker.", ge=1)
     init: StoragePath | None = option(
