@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+import xmr.retrieval.topk as topk_module
 from xmr.metrics import rank, recall_at_k
 from xmr.retrieval import topk_similarity
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def reference_top(scores: np.ndarray, k: int) -> np.ndarray:
@@ -64,6 +67,14 @@ def test_k_larger_than_gallery_and_input_kinds():
         np.testing.assert_array_equal(ranking.indices, expected)
 
 
+def test_degenerate_shapes():
+    empty_dim = topk_similarity(np.ones((3, 0)), np.ones((5, 0)), 2)  # all scores 0: ties
+    np.testing.assert_array_equal(empty_dim.indices, [[0, 1]] * 3)
+    assert topk_similarity(np.ones((0, 4)), np.ones((5, 4)), 2).indices.shape == (0, 2)
+    one = topk_similarity(np.ones((1, 4)), np.arange(20.0).reshape(5, 4), 9, query_chunk=1)
+    np.testing.assert_array_equal(one.indices, [[4, 3, 2, 1, 0]])
+
+
 def test_ranking_feeds_metrics():
     rng = np.random.default_rng(3)
     images = rng.standard_normal((30, 8)).astype(np.float32)
@@ -87,6 +98,10 @@ def test_validates_inputs():
         gallery = np.ones((4, 3))
         gallery[3, 1] = np.inf
         topk_similarity(np.ones((2, 3)), gallery, 1, gallery_chunk=2)
+    with pytest.raises(ValueError, match=r"gallery rows 4\.\.5"):
+        gallery = np.ones((6, 3))
+        gallery[5, 0] = np.nan
+        topk_similarity(np.ones((2, 3)), gallery, 1, gallery_chunk=4)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -97,3 +112,79 @@ def test_cuda_matches_cpu_on_ties():
     cpu = topk_similarity(queries, gallery, 10, query_chunk=8, gallery_chunk=37)
     cuda = topk_similarity(queries, gallery, 10, query_chunk=8, gallery_chunk=37, device="cuda")
     np.testing.assert_array_equal(cuda.indices, cpu.indices)
+
+
+@pytest.fixture(params=[(256, 64), (4, 64), (4, 2), (1, 0)], ids=lambda p: f"group{p[0]}-max{p[1]}")
+def selection(request, monkeypatch):
+    """The candidate selection's group width and per-row limit: the defaults, small groups (the
+    group path on small blocks), a limit of 2 (rows often take the exact path) and 0 (always)."""
+    group, most = request.param
+    monkeypatch.setattr(topk_module, "_GROUP", group)
+    monkeypatch.setattr(topk_module, "_MAX_CANDIDATES", most)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("k", "query_chunk", "gallery_chunk"),
+    [(1, 5, 8), (3, 64, 1), (5, 1, 16), (10, 7, 24), (10, 64, 256), (40, 9, 16), (300, 64, 64)],
+)
+def test_many_exact_ties_equal_dense_rank(selection, device, k, query_chunk, gallery_chunk):
+    """Small-integer embeddings (scores exact in any summation order) with few distinct values:
+    ties at the K-th place, across chunk boundaries, k above the chunk and k >= G."""
+    rng = np.random.default_rng(k + query_chunk + gallery_chunk)
+    queries = rng.integers(-2, 3, (64, 4)).astype(np.float32)
+    gallery = rng.integers(-2, 3, (300, 4)).astype(np.float32)
+    scores = queries @ gallery.T
+    ranking = topk_similarity(
+        queries, gallery, k, query_chunk=query_chunk, gallery_chunk=gallery_chunk, device=device
+    )
+    np.testing.assert_array_equal(ranking.indices, rank(scores, k).indices)
+    np.testing.assert_array_equal(ranking.indices, reference_top(scores, k))
+    np.testing.assert_array_equal(ranking.scores, np.take_along_axis(scores, ranking.indices, 1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_duplicate_float_rows_tie_by_index(selection, device):
+    """Duplicate captions: identical float rows scattered over the gallery score exactly alike,
+    so they tie and rank by index, also where a copy enters a full row at its threshold."""
+    rng = np.random.default_rng(5)
+    distinct = rng.standard_normal((40, 32)).astype(np.float32)
+    distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)
+    which = rng.integers(0, 40, 2000)
+    gallery = distinct[which]  # ~50 copies of each row
+    queries = rng.standard_normal((70, 32)).astype(np.float32)
+    dense = rank(torch.from_numpy(queries) @ torch.from_numpy(gallery).T, 60)
+    ranking = topk_similarity(
+        queries, gallery, 60, query_chunk=16, gallery_chunk=512, device=device
+    )
+    np.testing.assert_array_equal(ranking.indices, dense.indices)
+    np.testing.assert_allclose(ranking.scores, dense.scores, rtol=1e-5, atol=1e-6)
+    first_copy = np.array([np.flatnonzero(which == d)[0] for d in range(40)])
+    best = ranking.indices[:, 0]  # the first copy of the best distinct row
+    np.testing.assert_array_equal(best, first_copy[which[best]])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gallery_sorted_by_similarity(device):
+    """Every block beats the running best (the worst case for the candidate selection)."""
+    rng = np.random.default_rng(6)
+    queries = np.abs(rng.standard_normal((20, 8))).astype(np.float32)
+    gallery = np.repeat(np.linspace(0, 1, 1024, dtype=np.float32)[:, None], 8, axis=1)
+    gallery += 0.01 * rng.random((1024, 8), dtype=np.float32)
+    scores = torch.from_numpy(queries) @ torch.from_numpy(gallery).T
+    ranking = topk_similarity(queries, gallery, 100, gallery_chunk=256, device=device)
+    np.testing.assert_array_equal(ranking.indices, rank(scores, 100).indices)
+
+
+def test_onednn_and_torch_mm_agree(monkeypatch):
+    """The CPU product (oneDNN where torch has it) and the torch.mm fallback rank alike."""
+    rng = np.random.default_rng(7)
+    queries = rng.integers(-3, 4, (50, 6)).astype(np.float32)
+    gallery = rng.integers(-3, 4, (1000, 6)).astype(np.float32)
+    expected = reference_top(queries @ gallery.T, 20)
+    fast = topk_similarity(queries, gallery, 20, query_chunk=16, gallery_chunk=256)
+    monkeypatch.setattr(topk_module, "_onednn_usable", lambda: False)
+    fallback = topk_similarity(queries, gallery, 20, query_chunk=16, gallery_chunk=256)
+    np.testing.assert_array_equal(fast.indices, expected)
+    np.testing.assert_array_equal(fallback.indices, expected)
+    np.testing.assert_array_equal(fast.scores, fallback.scores)
