@@ -13,14 +13,13 @@ from pathlib import Path
 
 import open_clip
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
-from xmr.models.objective import Objective
+from xmr.models.objective import Objective, pair_features
 
 CONFIGS = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIGS)
@@ -82,11 +81,7 @@ class ClipObjective(Objective):
         self.loss = loss
 
     def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
-        return {
-            "image": F.normalize(self.model.encode_image(batch.pixels), dim=-1),
-            "text": F.normalize(self.model.encode_text(batch.text), dim=-1),
-            **batch.labels(),
-        }
+        return pair_features(self.model, batch)
 
     def loss_from(self, rows: dict[str, torch.Tensor], local: slice) -> dict[str, torch.Tensor]:
         image, text, image_ids = rows["image"], rows["text"], rows["image_ids"]

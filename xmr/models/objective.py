@@ -11,8 +11,10 @@ loss over all of them once, and its gradients flow back through each micro-batch
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xmr.models.batch import TrainBatch
@@ -37,3 +39,13 @@ class Objective(nn.Module, ABC):
 
     def forward(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
         return self.loss_from(*gather_features(self.features(batch)))
+
+
+def pair_features(model: Any, batch: TrainBatch) -> dict[str, torch.Tensor]:
+    """The features of a two-tower model (``encode_image``, ``encode_text``): L2-normalised
+    ``image`` and ``text`` embeddings ``[B, D]`` with the batch's labels."""
+    return {
+        "image": F.normalize(model.encode_image(batch.pixels), dim=-1),
+        "text": F.normalize(model.encode_text(batch.text), dim=-1),
+        **batch.labels(),
+    }

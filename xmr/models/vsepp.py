@@ -52,7 +52,7 @@ from torchvision.models.vgg import VGG, make_layers
 from xmr.models.base import CheckpointError, Corpus, ModelSpec, RetrievalModel, read_checkpoint
 from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, fair_triplet_t2i, mix_fair, triplet_losses
-from xmr.models.objective import Objective
+from xmr.models.objective import Objective, pair_features
 from xmr.models.vocabulary import Vocabulary
 
 CONFIGS = Path(__file__).parent / "configs" / "vsepp"
@@ -488,11 +488,7 @@ class VseppObjective(Objective):
         self.loss = loss
 
     def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
-        return {
-            "image": F.normalize(self.model.encode_image(batch.pixels), dim=-1),
-            "text": F.normalize(self.model.encode_text(batch.text), dim=-1),
-            **batch.labels(),
-        }
+        return pair_features(self.model, batch)
 
     def loss_from(self, rows: dict[str, torch.Tensor], local: slice) -> dict[str, torch.Tensor]:
         image, text, image_ids = rows["image"], rows["text"], rows["image_ids"]

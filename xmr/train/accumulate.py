@@ -82,16 +82,15 @@ def average_gradients(module: torch.nn.Module) -> None:
     if world_size() == 1:
         return
     params = [p for p in module.parameters() if p.requires_grad]
-    device = params[0].device
-    present = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=device)
-    flat = torch.cat(
-        [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-    )
-    dist.all_reduce(present)
+    like = params[0]
+    present = torch.tensor([float(p.grad is not None) for p in params]).to(like)
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+    flat = torch.cat([*grads, present])  # then which parameters have one: a single all-reduce
     dist.all_reduce(flat)
+    has_grad = flat[-len(params) :].tolist()
     flat /= world_size()
     offset = 0
-    for param, used in zip(params, present.tolist(), strict=True):
+    for param, used in zip(params, has_grad, strict=True):
         numel = param.numel()
         param.grad = flat[offset : offset + numel].view_as(param).clone() if used else None
         offset += numel
