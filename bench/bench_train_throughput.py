@@ -4,8 +4,10 @@ Both train the same model with the same objective, optimiser, batch size, precis
 function (decode PNG, train transform, tokenise) on the same training table. The plain loop
 iterates the table's rows in this process, one batch after another; ``xmr train`` runs
 :func:`xmr.train.loop.train_loop` in one Ray Train worker reading a Ray Data shard. Throughput is
-pairs per second inside the epoch (what the worker reports as ``train/samples_per_s``); the
-end-to-end wall time of ``xmr train`` (Ray start, worker start, evaluation) is reported apart.
+pairs per second after each side's first step (what the worker reports as
+``train/samples_per_s``); ``xmr train``'s wait for its first step (the loader's actors start)
+and its end-to-end wall time (Ray start, worker start, evaluation) are reported apart. The two
+alternate for ``--rounds`` rounds (the machine's speed drifts) and the medians are reported.
 On a GPU (``--device cuda``) the GPU's utilisation is sampled (NVML, every 0.2 s): over the
 plain loop's timed steps, and for ``xmr train`` over the busiest window of its epoch's length.
 
@@ -114,40 +116,65 @@ class GpuSampler:
 
 
 def measure(args: argparse.Namespace, root: Path, tmp: Path, precision: str) -> dict:
-    """One precision: the plain loop, then ``xmr train``, on the same world."""
+    """One precision: ``--rounds`` rounds of the plain loop then ``xmr train`` on the same world
+    (a fresh run each round), medians over the rounds."""
     device = torch.device(args.device)
-    config = resolve_config(
-        args.model, arch=args.arch, pretrained=args.pretrained, data=root, epochs=1,
-        batch_size=args.batch_size, cpus_per_worker=args.threads, precision=precision,
-        gpus_per_worker=1 if device.type == "cuda" else 0, storage=tmp / f"runs-{precision}",
-    )  # fmt: skip
+    gpu = device.type == "cuda"
     pairs = 5 * args.train_images
     steps = pairs // args.batch_size - 1
-    gpu = device.type == "cuda"
-    with GpuSampler() if gpu else contextlib.nullcontext() as sampler:
-        plain = plain_loop(config, root, args.threads, steps, device)
-    plain_util = sampler.mean() if gpu else None
-    torch.cuda.empty_cache() if gpu else None
-    with GpuSampler() if gpu else contextlib.nullcontext() as sampler:
-        start = time.perf_counter()
-        result = train(config, tracking_uri=f"sqlite:///{tmp / f'mlflow-{precision}.db'}")
-        wall = time.perf_counter() - start
-    ray_train = result.metrics["train/samples_per_s"]
+    rounds = []
+    for n in range(args.rounds):
+        config = resolve_config(
+            args.model, arch=args.arch, pretrained=args.pretrained, data=root, epochs=1,
+            batch_size=args.batch_size, cpus_per_worker=args.threads, precision=precision,
+            gpus_per_worker=1 if gpu else 0, storage=tmp / f"runs-{precision}-{n}",
+        )  # fmt: skip
+        with GpuSampler() if gpu else contextlib.nullcontext() as sampler:
+            plain = plain_loop(config, root, args.threads, steps, device)
+        plain_util = sampler.mean() if gpu else None
+        torch.cuda.empty_cache() if gpu else None
+        with GpuSampler() if gpu else contextlib.nullcontext() as sampler:
+            start = time.perf_counter()
+            result = train(config, tracking_uri=f"sqlite:///{tmp / f'mlflow-{precision}.db'}")
+            wall = time.perf_counter() - start
+        metrics = result.metrics
+        ray_train = metrics["train/samples_per_s"]
+        rounds.append(
+            {
+                "plain": plain,
+                "xmr": ray_train,
+                "first_step_s": metrics["train/first_step_s"],
+                "epoch_s": metrics["train/epoch_s"],
+                "wall_s": wall,
+                **(
+                    {
+                        "plain_util": plain_util,
+                        "xmr_util": sampler.busiest(pairs / ray_train),
+                    }
+                    if gpu
+                    else {}
+                ),
+            }
+        )
+    median = {key: float(np.median([r[key] for r in rounds])) for key in rounds[0]}
     figures = {
         "model": f"{config.model.family}/{config.model.arch}",
         "device": torch.cuda.get_device_name(device) if gpu else f"CPU, {args.threads} threads",
         "precision": precision,
         "batch_size": args.batch_size,
         "pairs": pairs,
-        "plain_pairs_per_s": round(plain, 1),
-        "xmr_train_pairs_per_s": round(ray_train, 1),
-        "overhead": round(1 - ray_train / plain, 3),
-        "xmr_train_wall_s": round(wall, 1),
-        "epoch_compute_s": round(pairs / ray_train, 1),
+        "rounds": args.rounds,
+        "plain_pairs_per_s": round(median["plain"], 1),
+        "xmr_train_pairs_per_s": round(median["xmr"], 1),
+        "overhead": round(1 - median["xmr"] / median["plain"], 3),
+        "overhead_per_round": [round(1 - r["xmr"] / r["plain"], 3) for r in rounds],
+        "xmr_train_first_step_s": round(median["first_step_s"], 1),
+        "xmr_train_epoch_s": round(median["epoch_s"], 1),
+        "xmr_train_wall_s": round(median["wall_s"], 1),
     }
     if gpu:
-        figures["plain_gpu_util_pct"] = round(plain_util, 1)
-        figures["xmr_train_gpu_util_pct"] = round(sampler.busiest(pairs / ray_train), 1)
+        figures["plain_gpu_util_pct"] = round(median["plain_util"], 1)
+        figures["xmr_train_gpu_util_pct"] = round(median["xmr_util"], 1)
     return figures
 
 
@@ -161,6 +188,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--train-images", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Plain loop, then xmr train, this many times."
+    )
     parser.add_argument("--out", type=Path, default=None, help="Write the figures as JSON here.")
     parser.add_argument(
         "--no-dashboard",

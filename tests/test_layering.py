@@ -51,6 +51,7 @@ RAY_WIRING = frozenset({
     "xmr.llm.vllm",  # ray.data.llm's vLLM processor (Ray imported inside its builder only)
     "xmr.train.run",  # the Ray Train driver
     "xmr.train.loop",  # the Ray Train worker loop
+    "xmr.train.loader",  # the Ray Data stage that decodes training batches
     "xmr.tune.sweep",  # the Ray Tune driver
     "xmr.tune.trials",  # the Ray Tune trial functions
 })  # fmt: skip

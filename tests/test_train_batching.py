@@ -35,7 +35,13 @@ from xmr.train.batching import (
     unpack_groups,
 )
 from xmr.train.config import resolve_config
-from xmr.train.data import PAIR_SCHEMA, ratio_shortfall, sample_groups, training_data
+from xmr.train.data import (
+    PAIR_SCHEMA,
+    ROW_COLUMN,
+    ratio_shortfall,
+    sample_groups,
+    training_data,
+)
 from xmr.train.loop import _in_lockstep
 from xmr.train.options import TrainOptions
 from xmr.train.run import train
@@ -192,7 +198,8 @@ def test_biaug_rows_keep_group_ids_and_their_source_gender(tiny_world, biaug_dpr
     genders = {record.image_id: record_gender(record) for record in records}
     assert synthetic_mode(biaug_dprime) == "biaug"
     data = training_data(records, biaug_dprime, seed=0)
-    assert data.table.schema == PAIR_SCHEMA and data.dprime_digest == f"biaug-fixture-{PAIRS}"
+    schema = PAIR_SCHEMA.append(pa.field(ROW_COLUMN, pa.int64()))
+    assert data.table.schema == schema and data.dprime_digest == f"biaug-fixture-{PAIRS}"
     original = data.table.filter(pa.compute.equal(data.table["source"], "D")).to_pylist()
     assert original and all(row["group_id"] == "" for row in original)
     synthetic = data.table.filter(pa.compute.equal(data.table["source"], "D′")).to_pylist()
@@ -292,7 +299,12 @@ def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
     mixed = training_data(records, biaug_dprime, 0.5, seed=3)
     alone = training_data(records, biaug_dprime, 0.5, seed=3, synth_only=True)
     assert alone.original == 0 and alone.synthetic == mixed.synthetic > 0
-    assert alone.table.to_pylist() == mixed.table.slice(mixed.original).to_pylist()
+    pairs = alone.table.drop_columns([ROW_COLUMN])  # numbered from 0 in each table
+    assert (
+        pairs.to_pylist()
+        == mixed.table.drop_columns([ROW_COLUMN]).slice(mixed.original).to_pylist()
+    )
+    assert alone.table[ROW_COLUMN].to_pylist() == list(range(alone.synthetic))
     base = resolve_config("clip", data=tiny_world, synth=biaug_dprime, storage=tmp_path)
     ablation = resolve_config(
         "clip", data=tiny_world, synth=biaug_dprime, storage=tmp_path, synth_only=True

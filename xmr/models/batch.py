@@ -8,8 +8,10 @@ caption is gender-neutral, entity ids for EI-CLIP).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import torch
 
 TextInputs = torch.Tensor | dict[str, torch.Tensor]
@@ -46,6 +48,40 @@ class TrainBatch:
             "image_gender": self.image_gender,
             "caption_neutral": self.caption_neutral,
         }
+
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """The batch as named numpy arrays, each with the batch's ``B`` rows first: ``pixels``,
+        ``text`` (or ``text.<key>`` for a dict of token tensors), the three label columns and
+        ``entity.<group>`` per entity group. What a Ray Data stage emits
+        (:mod:`xmr.train.loader`); :meth:`from_columns` reads it back."""
+        text = self.text if isinstance(self.text, dict) else {"": self.text}
+        columns = {"pixels": self.pixels}
+        columns.update({f"text.{key}" if key else "text": value for key, value in text.items()})
+        columns.update(self.labels())
+        columns.update({f"entity.{group}": ids for group, ids in self.entities.items()})
+        return {name: value.numpy() for name, value in columns.items()}
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, np.ndarray | torch.Tensor]) -> TrainBatch:
+        """The batch written by :meth:`to_columns` (arrays are shared, not copied)."""
+        tensors = {name: torch.as_tensor(value) for name, value in columns.items()}
+        text_keys = {
+            name[len("text.") :]: value
+            for name, value in tensors.items()
+            if name.startswith("text.")
+        }
+        return cls(
+            pixels=tensors["pixels"],
+            text=text_keys or tensors["text"],
+            image_ids=tensors["image_ids"],
+            image_gender=tensors["image_gender"],
+            caption_neutral=tensors["caption_neutral"],
+            entities={
+                name[len("entity.") :]: value
+                for name, value in tensors.items()
+                if name.startswith("entity.")
+            },
+        )
 
     def __len__(self) -> int:
         return int(self.image_ids.shape[0])

@@ -135,6 +135,8 @@ class TrainConfig:
     workers: int = 1
     gpus_per_worker: float = 0.0
     cpus_per_worker: int = 1
+    loaders: int = 1  # Ray Data actors decoding batches ahead (xmr.train.loader)
+    loader_cpus: float = 0.0  # CPUs each loader actor reserves
     max_failures: int = 2
     name: str = ""  # "" -> family-arch-dataset-<config hash>
     storage: StoragePath = DEFAULT_STORAGE
@@ -231,7 +233,7 @@ class TrainConfig:
 
 
 _RUNTIME_FIELDS = {"workers", "gpus_per_worker", "cpus_per_worker", "max_failures", "name",
-                   "storage", "eval_every", "accum_steps"}  # fmt: skip
+                   "storage", "eval_every", "accum_steps", "loaders", "loader_cpus"}  # fmt: skip
 
 
 def resolve_config(

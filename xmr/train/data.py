@@ -10,6 +10,11 @@ D′ is mixed at ratio ``R`` (odmap paper §4.1): a seeded random subset of ``R�
 :func:`ratio_shortfall` says so). A BiAug D′ (``xmr synth --mode biaug``) is sampled by whole
 hard-negative pairs, never half of one, and its rows keep their ``group_id``
 (:mod:`xmr.train.batching` keeps a pair in one batch).
+
+The training table numbers its pairs (:data:`ROW_COLUMN`). A random training transform (VSE++'s
+crop and flip) draws each pair's randomness from :func:`augment_seeds` of the run's seed, the
+epoch and that number, so an epoch's images are the same whichever process, thread or worker
+count decodes them.
 """
 
 from __future__ import annotations
@@ -50,13 +55,17 @@ PAIR_SCHEMA = pa.schema(
     ]
 )
 
+ROW_COLUMN = "row"
+"""The column of :attr:`TrainingData.table` numbering its pairs 0..N-1 (after the schema's)."""
+
 
 @dataclass(frozen=True)
 class TrainingData:
     """The pairs to train on and where they came from.
 
     Attributes:
-        table: :data:`PAIR_SCHEMA` rows, D first then the D′ sample, in a fixed order.
+        table: :data:`PAIR_SCHEMA` rows, D first then the D′ sample, in a fixed order, and
+            their numbers (:data:`ROW_COLUMN`).
         original: number of pairs from D.
         synthetic: number of pairs from D′ (0 without ``--synth``).
         synthetic_available: pairs in D′ before sampling.
@@ -212,16 +221,20 @@ def training_data(
     with ``synth_only`` the D′ sample alone (``original`` is then 0)."""
     original = pa.Table.from_pylist(original_pairs(records), schema=PAIR_SCHEMA)
     if synth is None:
-        return TrainingData(original, original.num_rows, 0, 0, "", "")
+        return TrainingData(_numbered(original), original.num_rows, 0, 0, "", "")
     if synth_ratio is not None and synth_ratio < 0:
         raise ValueError(f"--synth-ratio must be >= 0, got {synth_ratio}")
     count = None if synth_ratio is None else round(synth_ratio * original.num_rows)
     genders = {record.image_id: record_gender(record) for record in records}
     synthetic, available, digest, mode = synthetic_pairs(synth, count, seed, genders)
     if synth_only:
-        return TrainingData(synthetic, 0, synthetic.num_rows, available, digest, mode)
-    table = pa.concat_tables([original, synthetic])
+        return TrainingData(_numbered(synthetic), 0, synthetic.num_rows, available, digest, mode)
+    table = _numbered(pa.concat_tables([original, synthetic]))
     return TrainingData(table, original.num_rows, synthetic.num_rows, available, digest, mode)
+
+
+def _numbered(table: pa.Table) -> pa.Table:
+    return table.append_column(ROW_COLUMN, pa.array(np.arange(table.num_rows), pa.int64()))
 
 
 def ratio_shortfall(data: TrainingData, synth_ratio: float | None) -> str | None:
@@ -251,16 +264,51 @@ def _image(path: str, png: bytes) -> Image.Image:
     return load_image(path)
 
 
-def collate(rows: Mapping[str, Sequence | np.ndarray], model: RetrievalModel) -> TrainBatch:
+def augment_seeds(seed: int, epoch: int, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``[N]`` int64 seeds of the training transforms of pairs ``rows`` in ``epoch`` (0-based)
+    of a run seeded ``seed``: SplitMix64 outputs of a stream keyed by (seed, epoch), at the
+    rows' positions, so every (seed, epoch, row) gets its own well-mixed 63-bit seed."""
+    key = np.random.SeedSequence([seed, epoch]).generate_state(1, np.uint64)[0]
+    with np.errstate(over="ignore"):
+        z = key + (np.asarray(rows, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(1)).astype(np.int64)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def collate(
+    rows: Mapping[str, Sequence | np.ndarray],
+    model: RetrievalModel,
+    *,
+    seed: int | None = None,
+    epoch: int = 0,
+) -> TrainBatch:
     """Decode, transform and tokenise a batch of :data:`PAIR_SCHEMA` rows (columns as numpy
     arrays or lists).
 
+    With ``seed``, each row's train transform draws from torch's global generator seeded by
+    :func:`augment_seeds` (``seed``, ``epoch``, the row's :data:`ROW_COLUMN`), and the
+    generator's state is restored afterwards; without it, from the generator as it stands.
+
     Raises ``DataError`` naming the image when one cannot be read.
     """
-    images = [
-        model.train_transform(_image(str(path), bytes(png)))
-        for path, png in zip(rows["image_path"], rows["image_png"], strict=True)
-    ]
+    sources = zip(rows["image_path"], rows["image_png"], strict=True)
+    if seed is None:
+        images = [model.train_transform(_image(str(path), bytes(png))) for path, png in sources]
+    else:
+        images, state = [], torch.get_rng_state()
+        try:
+            for (path, png), row_seed in zip(
+                sources, augment_seeds(seed, epoch, rows[ROW_COLUMN]), strict=True
+            ):
+                torch.default_generator.manual_seed(int(row_seed))
+                images.append(model.train_transform(_image(str(path), bytes(png))))
+        finally:
+            torch.set_rng_state(state)
     captions = [str(c) for c in rows["caption"]]
     entities: dict[str, list[str]] = {}
     for n, row in enumerate(rows["entities"]):

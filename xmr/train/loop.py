@@ -16,8 +16,9 @@ import random
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,12 +53,14 @@ from xmr.train.batching import (
 )
 from xmr.train.config import TrainConfig
 from xmr.train.data import collate
+from xmr.train.loader import batches_of, slots_per_epoch
 from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import autocast, check_precision, grad_scaler
 
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
 STATE_FILE = "train_state.pt"  # optimiser, scheduler, epoch, best score, RNG states
-SHUFFLE_BUFFER = 2048  # rows (packed: groups) in each worker's local shuffle buffer
+SHUFFLE_BUFFER = 2048  # packed groups in each worker's local shuffle buffer
+PREFETCH_BATCHES = 2  # decoded micro-batches each worker fetches ahead of its step
 Item = TypeVar("Item")
 
 
@@ -171,30 +174,28 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     )
     shard = ray.train.get_dataset_shard("train")
     grouped = bool(loop_config["grouped"])
+    clock = loop_config["clock"]
     batches = partial(
-        _epoch_batches,
-        shard,
-        config.micro_batch,
-        partial(collate, model=model),
-        grouped=grouped,
-        device=device,
+        _epoch_batches, shard, config, model, steps_per_epoch, grouped=grouped, device=device,
         world_size=context.get_world_size(),
-    )
+    )  # fmt: skip
 
+    # Every rank, before it first asks for a batch: the loader skips the epochs already done.
+    ray.get(clock.set.remote(start_epoch))
+    decoded = batches_of(shard, PREFETCH_BATCHES) if not grouped else None
     for epoch in range(start_epoch, config.epochs):
         seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # augmentations, sampling
         objective.train()
         totals: dict[str, float] = defaultdict(float)
         steps, samples, start = 0, 0, time.perf_counter()
+        first_step = (0.0, 0)  # seconds to the end of the first step, pairs by then
         pair_rows = [0, 0]  # rows of a hard-negative pair, those batched with their partner
         bar = (
             _epoch_progress(loop_config["progress"], steps_per_epoch, epoch, config.epochs)
             if rank == 0
             else None
         )
-        micro_batches = _in_groups(
-            batches(shuffle_seed=config.seed * 1_009 + epoch), config.accum_steps
-        )
+        micro_batches = _in_groups(batches(epoch=epoch, decoded=decoded), config.accum_steps)
         for group in micro_batches:
             micro = [batch.to(device, non_blocking=True) for batch, _ in group]
             pair_rows[0] += sum(grouped_rows for _, (grouped_rows, _) in group)
@@ -219,11 +220,14 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 totals[key] += float(value.detach())
             steps += 1
             samples += sum(len(batch) for batch in micro)
+            if steps == 1:  # the wait for the first batch and its step: timed apart
+                first_step = (time.perf_counter() - start, samples)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - start
+        warm_seconds, warm_samples = seconds - first_step[0], samples - first_step[1]
         # A loss over this rank's rows is its share of the global mean: average over ranks.
         if totals:
             means = mean_over_workers(list(totals.values()), device)
@@ -231,7 +235,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         metrics: dict[str, float] = {
             "epoch": epoch + 1,
             "lr": scheduler.get_last_lr()[0],
-            "train/samples_per_s": samples / seconds if seconds else 0.0,
+            # pairs/s after the first step (what a plain loop's timing leaves out too)
+            "train/samples_per_s": warm_samples / warm_seconds if warm_seconds > 0 else 0.0,
+            "train/first_step_s": first_step[0],
+            "train/epoch_s": seconds,
             "train/steps": steps,
             **{f"train/{key}": total / max(1, steps) for key, total in totals.items()},
         }
@@ -288,43 +295,42 @@ def train_loop(loop_config: dict[str, Any]) -> None:
 
 def _epoch_batches(
     shard: ray.data.DataIterator,
-    batch_size: int,
-    collate_fn: Callable[[Mapping[str, Sequence]], TrainBatch],
+    config: TrainConfig,
+    model: RetrievalModel,
+    steps_per_epoch: int,
     *,
     grouped: bool,
     device: torch.device,
     world_size: int,
-    shuffle_seed: int,
+    epoch: int,
+    decoded: Iterator[TrainBatch] | None,
 ) -> Iterator[tuple[TrainBatch, tuple[int, int]]]:
-    """One epoch of ``shard``'s batches of ``batch_size`` rows, each with its pair counts
+    """Epoch ``epoch`` of ``shard``'s micro-batches, each with its pair counts
     (:func:`~xmr.train.batching.pairs_together`; ``(0, 0)`` when not ``grouped``).
 
-    Plain rows go through Ray Data's batching (``drop_last``: every rank gets as many batches).
-    Packed groups (``grouped``) are shuffled by Ray Data as whole groups, packed into batches
-    without splitting one, collated a batch ahead, and stepped in lockstep across ranks.
+    Plain rows arrive ``decoded``, the run's micro-batches from the loader's actors
+    (:mod:`xmr.train.loader`): an epoch is this worker's share of its slots. Packed groups
+    (``grouped``) are shuffled by Ray Data as whole groups, packed into batches without
+    splitting one, collated a batch ahead in this worker, and stepped in lockstep across ranks.
     """
-    if not grouped:
-        plain = shard.iter_torch_batches(
-            batch_size=batch_size,
-            collate_fn=collate_fn,
-            drop_last=True,
-            local_shuffle_buffer_size=SHUFFLE_BUFFER,
-            local_shuffle_seed=shuffle_seed,
-        )
-        yield from ((batch, (0, 0)) for batch in plain)
+    if decoded is not None:
+        per_worker = slots_per_epoch(config, steps_per_epoch) // world_size
+        yield from ((batch, (0, 0)) for batch in islice(decoded, per_worker))
         return
     chunks = shard.iter_batches(
-        batch_size=batch_size,
+        batch_size=config.micro_batch,
         batch_format="pyarrow",
         local_shuffle_buffer_size=SHUFFLE_BUFFER,
-        local_shuffle_seed=shuffle_seed,
+        local_shuffle_seed=config.seed * 1_009 + epoch,
     )
     groups = (group for chunk in chunks for group in unpack_groups(chunk))
 
     def collate_counted(rows: list[dict]) -> tuple[TrainBatch, tuple[int, int]]:
-        return collate_fn(rows_to_columns(rows)), pairs_together([r[GROUP_COLUMN] for r in rows])
+        columns = rows_to_columns(rows)
+        batch = collate(columns, model, seed=config.seed, epoch=epoch)
+        return batch, pairs_together([r[GROUP_COLUMN] for r in rows])
 
-    collated = collate_ahead(batch_groups(groups, batch_size), collate_counted)
+    collated = collate_ahead(batch_groups(groups, config.micro_batch), collate_counted)
     yield from _in_lockstep(collated, device, world_size)
 
 

@@ -68,6 +68,15 @@ class TrainOptions:
     )
     gpus_per_worker: float = option(0.0, "GPUs per worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per worker.", ge=1)
+    loaders: int = option(
+        1, "Ray Data actors that decode, transform and tokenise batches ahead of the workers.", ge=1
+    )
+    loader_cpus: float = option(
+        0.0,
+        "CPUs each loader reserves (0: it shares its node's cores; 1 on a cluster places the "
+        "loaders on nodes with free CPUs).",
+        ge=0,
+    )
     init: StoragePath | None = option(
         None, "Start from this checkpoint, a path or s3://… (e.g. a D-only run's)."
     )

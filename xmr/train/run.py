@@ -51,6 +51,7 @@ from xmr.tracking import (
 from xmr.train.batching import pack_groups
 from xmr.train.config import TrainConfig
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
+from xmr.train.loader import StartClock, training_dataset
 from xmr.train.loop import MODEL_FILE, train_loop
 
 RUN_FILE = "xmr_run.json"
@@ -283,6 +284,11 @@ def train(
     # Ray Train sends the workers' prints through a logger and also prints them, so each
     # epoch line came twice and pycocotools' swallowed prints came through.
     os.environ.setdefault(TRAIN_PRINT_PATCH, "0")
+    clock = StartClock.remote()
+    if grouped:
+        dataset = ray.data.from_arrow(pack_groups(data.table, config.seed, config.hard_negatives))
+    else:
+        dataset = training_dataset(data.table, config, corpus, clock, steps_per_epoch)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={
@@ -292,6 +298,7 @@ def train(
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
             "progress": ("bar" if terminal else "lines") if progress else "none",
             "grouped": grouped,
+            "clock": clock,
         },
         scaling_config=ray.train.ScalingConfig(
             num_workers=config.workers,
@@ -308,13 +315,7 @@ def train(
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             callbacks=[MlflowReporter(run, run_dir), *(callbacks or [])],
         ),
-        datasets={
-            "train": ray.data.from_arrow(
-                pack_groups(data.table, config.seed, config.hard_negatives)
-                if grouped
-                else data.table
-            )
-        },
+        datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(
             execution_options=ray.data.ExecutionOptions(preserve_order=True)
         ),
