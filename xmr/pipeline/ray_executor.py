@@ -28,7 +28,9 @@ def init_ray(
     off and report through their own progress bars. Does nothing when Ray is already
     initialised in this process.
 
-    A local Ray listens on loopback only (see :func:`_single_node_addresses`); token
+    A local Ray's workers get ``NLTK_DATA`` with absolute folders
+    (:func:`absolute_data_paths`: ``NLTK_DATA=../nltk_data xmr train`` finds the tagger in the
+    workers too). A local Ray listens on loopback only (see :func:`_single_node_addresses`); token
     authentication stays as Ray sets it (on). Its dashboard runs on a free loopback port
     because Ray Train's placement-group cleaner asks the dashboard's state API whether the
     training controller still lives: the job's processes get that API's address, or the
@@ -56,9 +58,22 @@ def init_ray(
             dashboard_port=dashboard_port,
             log_to_driver=log_to_driver,
             runtime_env={
-                "env_vars": {"RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}"}
+                "env_vars": {
+                    "RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}",
+                    **absolute_data_paths(),
+                }
             },
         )
+
+
+def absolute_data_paths() -> dict[str, str]:
+    """``NLTK_DATA`` as the workers of a local Ray need it: each of its folders made absolute
+    here, since the workers run in other folders (``{}`` when it is unset)."""
+    value = os.environ.get("NLTK_DATA")
+    if not value:
+        return {}
+    folders = [os.path.abspath(folder) for folder in value.split(os.pathsep) if folder]
+    return {"NLTK_DATA": os.pathsep.join(folders)}
 
 
 def _ray_data_console_level(level: int) -> None:
