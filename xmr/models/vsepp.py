@@ -437,7 +437,8 @@ class VseppModel(RetrievalModel):
     def train_transform(self, image: Image.Image) -> torch.Tensor:
         """VSE++'s: RGB, ``RandomResizedCrop(image_size)``, horizontal flip, normalise.
 
-        Draws from torch's global RNG (the trainer seeds it).
+        Draws from torch's global RNG (training seeds it per pair and epoch,
+        :func:`xmr.train.data.collate`).
         """
         return self._train_transform(image.convert("RGB"))
 

@@ -57,6 +57,7 @@ PAIR_SCHEMA = pa.schema(
 
 ROW_COLUMN = "row"
 """The column of :attr:`TrainingData.table` numbering its pairs 0..N-1 (after the schema's)."""
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment
 
 
 @dataclass(frozen=True)
@@ -275,9 +276,6 @@ def augment_seeds(seed: int, epoch: int, rows: Sequence[int] | np.ndarray) -> np
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z ^= z >> np.uint64(31)
     return (z >> np.uint64(1)).astype(np.int64)
-
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def collate(
