@@ -114,7 +114,7 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
             assert torch.equal(got.pixels, want.pixels) and torch.equal(got.text, want.text)
             assert torch.equal(got.image_ids, want.image_ids)
     assert not np.array_equal(epoch_order(pairs.num_rows, 4, 1), epoch_order(pairs.num_rows, 4, 2))
-    stage = CollateSlots(config.to_dict(), ray.put(pairs), ray.put({"captions": corpus.captions}),
+    stage = CollateSlots(config.to_dict(), ray.put(pairs), ray.put(corpus),
                          clock, per_epoch)  # fmt: skip
     assert list(stage({"slot": np.arange(per_epoch)})) == []  # epoch 0: before the start
     assert ROW_COLUMN in pairs.column_names

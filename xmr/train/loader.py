@@ -82,9 +82,7 @@ class CollateSlots:
         torch.set_num_threads(1)
         self.config = TrainConfig.from_dict(config)
         self.table: pa.Table = ray.get(table)
-        self.model = create_model(
-            self.config.model, seed=self.config.seed, corpus=Corpus(**ray.get(corpus))
-        )
+        self.model = create_model(self.config.model, seed=self.config.seed, corpus=ray.get(corpus))
         self.start = int(ray.get(clock.get.remote()))
         self.slots_per_epoch = slots_per_epoch
         self._order: tuple[int, np.ndarray] = (-1, np.empty(0, np.int64))
@@ -119,13 +117,12 @@ def training_dataset(
     :class:`CollateSlots` actors of ``config.loader_cpus`` CPUs each."""
     per_epoch = slots_per_epoch(config, steps_per_epoch)
     slots = per_epoch * config.epochs
-    corpus_ref = ray.put({"captions": list(corpus.captions), "entities": dict(corpus.entities)})
     # Blocks made here: no read task, which would need a CPU that the workers may all hold.
     items = [{SLOT_COLUMN: slot} for slot in range(slots)]
     return ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK)).map_batches(
         CollateSlots,
         batch_size=1,
-        fn_constructor_args=(config.to_dict(), ray.put(table), corpus_ref, clock, per_epoch),
+        fn_constructor_args=(config.to_dict(), ray.put(table), ray.put(corpus), clock, per_epoch),
         compute=ray.data.ActorPoolStrategy(size=config.loaders),
         num_cpus=config.loader_cpus,
     )
