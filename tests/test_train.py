@@ -159,7 +159,7 @@ def test_two_workers_keep_pairs_together_and_survive_a_killed_worker(
     """On D ∪ a BiAug D′ over two data-parallel workers: a training worker killed after the
     first checkpoint costs only the epoch in flight (training resumes from that checkpoint and
     ends at epoch 2), and in every epoch each positive trains in one batch with its hard
-    negative while the ranks (which may pack different batch counts) keep step."""
+    negative."""
     dprime = write_biaug_dprime(small_toyworld, tmp_path / "biaug", pairs=24)
     config = _config(small_toyworld, tmp_path / "runs", workers=2, synth=dprime)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

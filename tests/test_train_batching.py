@@ -1,13 +1,11 @@
-"""Hard-negative batching (biaug paper §3.3, §5.1) without Ray: a BiAug D′ becomes training rows
-with a ``group_id``; whole groups are sampled, packed, sharded and batched, so a positive and
-its hard negative always share a batch on 1 and 2 workers, and ``--no-hard-negatives`` lets
-them part. D and a removal-mode D′ train as before."""
+"""Training batches (biaug paper §3.3, §5.1) without Ray: a BiAug D′ becomes training rows with a
+``group_id``; whole groups are sampled, shuffled each epoch and batched, so a positive and its
+hard negative always share a micro-batch (on any number of workers: a micro-batch goes whole to
+one), and ``--no-hard-negatives`` lets them part. D and a removal-mode D′ train as before."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections import Counter
 from pathlib import Path
 
@@ -15,9 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
-import torch.distributed
-import torch.multiprocessing
 from biaug_fixture import write_biaug_dprime
 
 from xmr.data import read_dataset
@@ -25,15 +20,7 @@ from xmr.data.errors import DataError
 from xmr.data.synthetic import ERROR_SCHEMA, ROW_SCHEMA, synthetic_mode
 from xmr.data.toyworld import generate
 from xmr.eval.protocol import record_gender
-from xmr.train.batching import (
-    batch_groups,
-    collate_ahead,
-    groups_of,
-    pack_groups,
-    pairs_together,
-    rows_to_columns,
-    unpack_groups,
-)
+from xmr.train.batching import EpochPlan, batch_groups, epoch_order, groups_of, pairs_together
 from xmr.train.config import resolve_config
 from xmr.train.data import (
     PAIR_SCHEMA,
@@ -42,7 +29,6 @@ from xmr.train.data import (
     sample_groups,
     training_data,
 )
-from xmr.train.loop import _in_lockstep
 from xmr.train.options import TrainOptions
 from xmr.train.run import train
 
@@ -126,59 +112,56 @@ def test_only_pairs_and_an_odd_batch_size_give_batches_one_short() -> None:
         list(batch_groups(groups, 1))
 
 
-def test_pack_groups_keeps_every_row_once_and_each_pair_in_one_packed_row() -> None:
+def test_an_epoch_plan_shuffles_whole_groups_and_uses_each_row_once() -> None:
     group_ids = ["", "a", "", "b", "a", "b", "c", "", "c"]
-    table = pa.table({"caption": [f"row {n}" for n in range(9)], "group_id": group_ids})
-    packed = pack_groups(table, seed=1)
-    assert packed.num_rows == 6 and packed.schema.field("caption").type == pa.list_(pa.string())
-    groups = list(unpack_groups(packed))
-    assert sorted(row["caption"] for group in groups for row in group) == sorted(
-        table.column("caption").to_pylist()
-    )
-    for group in groups:
-        ids = {row["group_id"] for row in group}
-        assert len(group) == (2 if ids - {""} else 1) and len(ids) == 1
-    assert list(unpack_groups(pack_groups(table, seed=1))) == groups
-    assert list(unpack_groups(pack_groups(table, seed=2))) != groups
-    singles = list(unpack_groups(pack_groups(table, seed=1, hard_negatives=False)))
-    assert len(singles) == 9 and all(len(group) == 1 for group in singles)
     assert groups_of(group_ids) == [[0], [1, 4], [2], [3, 5], [6, 8], [7]]
-    assert pack_groups(table.slice(0, 0), seed=0).num_rows == 0
+    assert groups_of(group_ids, hard_negatives=False) == [[n] for n in range(9)]
+    table = pa.table({"caption": [f"row {n}" for n in range(9)], "group_id": group_ids})
+    plan = EpochPlan.for_table(table, 4, seed=1, grouped=True, hard_negatives=True)
+    epochs = [[batch.tolist() for batch in plan.batches(epoch)] for epoch in range(6)]
+    for batches in epochs:
+        _assert_whole(batches, groups_of(group_ids))
+        rows = [row for batch in batches for row in batch]
+        assert len(rows) == len(set(rows)) == 8 and {len(b) for b in batches} == {4}
+    assert len({str(batches) for batches in epochs}) > 1  # a fresh order each epoch
+    again = EpochPlan.for_table(table, 4, seed=1, grouped=True, hard_negatives=True)
+    assert [[b.tolist() for b in again.batches(epoch)] for epoch in range(6)] == epochs
+    # Without groups (or with --no-hard-negatives): consecutive slices of the rows' permutation.
+    for grouped, hard in ((False, True), (True, False)):
+        rows_plan = EpochPlan.for_table(table, 4, seed=1, grouped=grouped, hard_negatives=hard)
+        order = epoch_order(9, 1, 3)
+        assert [b.tolist() for b in rows_plan.batches(3)] == [
+            order[:4].tolist(),
+            order[4:8].tolist(),
+        ]
+    assert all(b.dtype == np.int64 for b in plan.batches(0))
 
 
-def _shard_batches(
-    table: pa.Table, workers: int, batch_size: int, seed: int, hard_negatives: bool
-) -> list[list[list[dict]]]:
-    """What each worker trains on in one epoch, as the Ray path does it: packed groups cut into
-    ``workers`` equal contiguous shards, each shuffled by its own seed, then batched."""
-    packed = pack_groups(table, seed, hard_negatives)
-    per_worker = packed.num_rows // workers
-    epochs = []
-    for rank in range(workers):
-        shard = packed.slice(rank * per_worker, per_worker)
-        order = np.random.default_rng(seed * 1_009 + rank).permutation(shard.num_rows)
-        groups = list(unpack_groups(shard.take(pa.array(order))))
-        epochs.append(list(batch_groups(groups, batch_size)))
-    return epochs
+def _epoch_batches(table: pa.Table, batch_size: int, seed: int, hard_negatives: bool):
+    """What the loader trains on in each of three epochs: the plan's micro-batches as row
+    dicts (the workers share them out whole)."""
+    plan = EpochPlan.for_table(table, batch_size, seed, True, hard_negatives)
+    return [
+        [table.take(pa.array(batch)).to_pylist() for batch in plan.batches(epoch)]
+        for epoch in range(3)
+    ]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_each_pair_lands_in_one_batch_on_one_worker(tiny_world, biaug_dprime, workers) -> None:
+def test_each_pair_lands_in_one_micro_batch(tiny_world, biaug_dprime) -> None:
     records = read_dataset("toyworld", tiny_world, "train")
     data = training_data(records, biaug_dprime, seed=0)
     assert data.synth_mode == "biaug" and data.synthetic == 2 * PAIRS
     for seed in range(3):
-        batches = _shard_batches(data.table, workers, 6, seed, hard_negatives=True)
-        place: dict[str, set[tuple[int, int]]] = {}
-        for rank, epoch in enumerate(batches):
+        for epoch in _epoch_batches(data.table, 6, seed, hard_negatives=True):
+            place: dict[str, set[int]] = {}
             for n, batch in enumerate(epoch):
                 assert len(batch) == 6
                 for row in batch:
                     if row["group_id"]:
-                        place.setdefault(row["group_id"], set()).add((rank, n))
+                        place.setdefault(row["group_id"], set()).add(n)
                 grouped, together = pairs_together([row["group_id"] for row in batch])
                 assert grouped == together
-        assert place and all(len(spots) == 1 for spots in place.values())
+            assert place and all(len(spots) == 1 for spots in place.values())
 
 
 def test_no_hard_negatives_lets_pairs_part(tiny_world, biaug_dprime) -> None:
@@ -186,7 +169,7 @@ def test_no_hard_negatives_lets_pairs_part(tiny_world, biaug_dprime) -> None:
     data = training_data(records, biaug_dprime, seed=0)
     split = 0
     for seed in range(3):
-        (epoch,) = _shard_batches(data.table, 1, 6, seed, hard_negatives=False)
+        (epoch, *_) = _epoch_batches(data.table, 6, seed, hard_negatives=False)
         for batch in epoch:
             grouped, together = pairs_together([row["group_id"] for row in batch])
             split += grouped - together
@@ -327,32 +310,6 @@ def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
     assert [i.dataset.name for i in inputs] == ["D′"]
 
 
-def test_rows_to_columns_feed_collate_and_collate_ahead_keeps_order() -> None:
-    rows = [{"caption": "a", "group_id": "g"}, {"caption": "b", "group_id": "g"}]
-    assert rows_to_columns(rows) == {"caption": ["a", "b"], "group_id": ["g", "g"]}
+def test_pairs_together_counts_rows_beside_their_partner() -> None:
     assert pairs_together(["g", "", "h", "g"]) == (3, 2)
-    assert list(collate_ahead(range(7), lambda n: n * n)) == [n * n for n in range(7)]
-    ahead = collate_ahead(iter(range(100)), str)
-    assert next(ahead) == "0"
-    ahead.close()  # stopping early waits for the batch in flight, nothing hangs
-
-
-def _lockstep_rank(rank: int, port: int, counts: list[int], out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=len(counts))
-    try:
-        seen = list(_in_lockstep(range(counts[rank]), torch.device("cpu"), len(counts)))
-        Path(out, f"rank{rank}").write_text(json.dumps(seen))
-    finally:
-        torch.distributed.destroy_process_group()
-
-
-def test_ranks_with_different_batch_counts_stop_together(tmp_path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    counts = [5, 3]
-    torch.multiprocessing.spawn(_lockstep_rank, args=(port, counts, str(tmp_path)), nprocs=2)
-    seen = [json.loads((tmp_path / f"rank{rank}").read_text()) for rank in range(2)]
-    assert seen == [[0, 1, 2], [0, 1, 2]]
-    assert list(_in_lockstep(range(4), torch.device("cpu"), 1)) == [0, 1, 2, 3]
+    assert pairs_together(["", ""]) == (0, 0)

@@ -8,20 +8,22 @@ import pyarrow as pa
 import pytest
 import ray
 import torch
+from biaug_fixture import write_biaug_dprime
 
 from xmr.data import read_dataset
 from xmr.models import create_model
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
+from xmr.train.batching import GROUP_COLUMN, epoch_order, pairs_together
 from xmr.train.config import resolve_config
 from xmr.train.data import ROW_COLUMN, augment_seeds, collate, training_data
 from xmr.train.loader import (
     CollateSlots,
     StartClock,
     batches_of,
-    epoch_order,
     slots_per_epoch,
     training_dataset,
+    training_plan,
 )
 from xmr.train.run import train
 
@@ -101,7 +103,8 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
     clock = StartClock.remote()
     ray.get(clock.set.remote(1))
     dataset = training_dataset(pairs, config, corpus, clock, steps)
-    batches = list(batches_of(dataset.iterator(), prefetch=1))
+    dataset.context.execution_options.preserve_order = True  # as xmr.train.run's DataConfig
+    batches = [batch for batch, pairs in batches_of(dataset.iterator(), prefetch=1)]
     per_epoch = slots_per_epoch(config, steps)
     assert per_epoch == steps and len(batches) == 2 * per_epoch  # epochs 1 and 2
     model = create_model(config.model, seed=config.seed, corpus=corpus)
@@ -115,9 +118,41 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
             assert torch.equal(got.image_ids, want.image_ids)
     assert not np.array_equal(epoch_order(pairs.num_rows, 4, 1), epoch_order(pairs.num_rows, 4, 2))
     stage = CollateSlots(config.to_dict(), ray.put(pairs), ray.put(corpus),
-                         clock, per_epoch)  # fmt: skip
+                         clock, per_epoch, grouped=False)  # fmt: skip
     assert list(stage({"slot": np.arange(per_epoch)})) == []  # epoch 0: before the start
     assert ROW_COLUMN in pairs.column_names
+
+
+def test_the_slot_stage_keeps_biaug_pairs_in_one_micro_batch(
+    local_ray, small_toyworld, tmp_path
+) -> None:
+    """A BiAug D′ through Ray Data: each slot is the plan's micro-batch of whole groups (pairs
+    and an odd batch size with few single rows leave most a row short: the tensor columns carry
+    both sizes), and each batch reports every pair row beside its partner."""
+    dprime = write_biaug_dprime(small_toyworld, tmp_path / "biaug", pairs=40)
+    table = training_data(read_dataset("toyworld", small_toyworld, "train"), dprime).table
+    paired = np.array(table[GROUP_COLUMN].to_pylist()) != ""
+    table = table.filter(pa.array(paired | (np.cumsum(~paired) <= 3)))  # 80 pair rows, 3 single
+    config = resolve_config(
+        "clip", data=small_toyworld, synth=dprime, epochs=2, batch_size=5, seed=2, storage=tmp_path
+    )
+    plan = training_plan(table, config, grouped=True)
+    steps = min(len(plan.batches(epoch)) for epoch in range(2))
+    corpus = Corpus(table["caption"].to_pylist())
+    dataset = training_dataset(table, config, corpus, StartClock.remote(), steps, grouped=True)
+    dataset.context.execution_options.preserve_order = True  # as xmr.train.run's DataConfig
+    got = list(batches_of(dataset.iterator(), prefetch=1))
+    assert len(got) == 2 * steps
+    wanted = [batch for epoch in range(2) for batch in plan.batches(epoch)[:steps]]
+    assert {len(rows) for rows in wanted} == {4, 5}  # some a row short
+    pair_rows = 0
+    for (batch, (grouped, together)), rows in zip(got, wanted, strict=True):
+        ids = table["image_id"].take(pa.array(rows)).to_numpy()
+        assert np.array_equal(batch.image_ids.numpy(), ids) and batch.pixels.shape[0] == len(rows)
+        group_ids = table[GROUP_COLUMN].take(pa.array(rows)).to_pylist()
+        assert (grouped, together) == pairs_together(group_ids) and grouped == together
+        pair_rows += grouped
+    assert pair_rows > 0
 
 
 @pytest.mark.slow

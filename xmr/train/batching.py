@@ -1,36 +1,30 @@
-"""Hard-negative batching: a BiAug pair (two rows sharing a ``group_id``) trains in one batch.
+"""Training batches: which rows of the training table make each micro-batch of each epoch.
 
-BiAug (biaug paper §3.3, §5.1) writes each synthetic positive with its hard negative: the same
-image and caption but another attribute value. Put in the same batch, each is the other's
-in-batch hard negative. The training table is packed into one row per *group*
-(:func:`pack_groups`): a pair is a group of two, every other row of D and D′ a group of one.
-Ray Data shards and shuffles those packed rows, so a group always goes whole to one worker;
-each worker unpacks its groups (:func:`unpack_groups`) and fills batches of ``batch_size`` rows
-without splitting a group (:func:`batch_groups`). Every step is plain Python over Arrow and
-lists: the Ray side lives in :mod:`xmr.train.loop`.
+Every epoch visits the whole table in a fresh seeded order (:class:`EpochPlan`), cut into
+micro-batches of the same size; which worker trains which micro-batch is the loader's business
+(:mod:`xmr.train.loader`). BiAug (biaug paper §3.3, §5.1) writes each synthetic positive with
+its hard negative: the same image and caption but another attribute value. Put in the same
+batch, each is the other's in-batch hard negative, so rows sharing a ``group_id`` form a group
+(:func:`groups_of`; a pair is a group of two, every other row of D and D′ a group of one), an
+epoch shuffles whole groups, and micro-batches are filled from them without splitting one
+(:func:`batch_groups`). Plain Python and numpy: the Ray side lives in :mod:`xmr.train.loader`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 GROUP_COLUMN = "group_id"
 """The column of the training table that links a positive to its hard negative ("": none)."""
-CHUNK_GROUPS = 1024
-"""Groups per chunk of the packed table: each chunk's column is one array, whose binary data
-(PNG bytes) must stay under 2 GiB (about 1 MB per row)."""
 WAITING_BATCHES = 4
 """How many batches' worth of rows may wait for a place before a batch goes out short."""
 
 Row = TypeVar("Row")
-Item = TypeVar("Item")
-Out = TypeVar("Out")
 
 
 def groups_of(group_ids: Sequence[str], hard_negatives: bool = True) -> list[list[int]]:
@@ -50,38 +44,6 @@ def groups_of(group_ids: Sequence[str], hard_negatives: bool = True) -> list[lis
         if hard_negatives and group_id:
             members[group_id] = groups[-1]
     return groups
-
-
-def pack_groups(table: pa.Table, seed: int, hard_negatives: bool = True) -> pa.Table:
-    """``table`` with one row per group (:func:`groups_of` its ``group_id`` column): each
-    column becomes a list column of the same name holding the group's values, in row order.
-
-    The groups come in a random order drawn from ``seed``, which mixes D and D′ before Ray
-    Data cuts the table into per-worker shards. Returns a table of one row per group, chunked
-    by :data:`CHUNK_GROUPS` groups.
-    """
-    groups = groups_of(table.column(GROUP_COLUMN).to_pylist(), hard_negatives)
-    groups = [groups[n] for n in np.random.default_rng(seed).permutation(len(groups))]
-    schema = pa.schema([pa.field(f.name, pa.list_(f.type)) for f in table.schema])
-    chunks = []
-    for start in range(0, len(groups), CHUNK_GROUPS):
-        part = groups[start : start + CHUNK_GROUPS]
-        rows = table.take(pa.array([row for group in part for row in group], pa.int64()))
-        offsets = pa.array(np.cumsum([0] + [len(group) for group in part]), pa.int32())
-        columns = [
-            pa.ListArray.from_arrays(offsets, rows.column(name).combine_chunks())
-            for name in table.column_names
-        ]
-        chunks.append(pa.Table.from_arrays(columns, schema=schema))
-    return pa.concat_tables(chunks) if chunks else schema.empty_table()
-
-
-def unpack_groups(packed: pa.Table) -> Iterator[list[dict[str, Any]]]:
-    """The groups of a chunk of :func:`pack_groups` rows, each a list of row dicts."""
-    for group in packed.to_pylist():
-        columns = list(group)
-        size = len(group[columns[0]])
-        yield [{name: group[name][n] for name in columns} for n in range(size)]
 
 
 def batch_groups(groups: Iterable[Sequence[Row]], batch_size: int) -> Iterator[list[Row]]:
@@ -146,11 +108,6 @@ def batch_groups(groups: Iterable[Sequence[Row]], batch_size: int) -> Iterator[l
         yield emit()
 
 
-def rows_to_columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """Row dicts -> ``{column: values}`` (the shape :func:`xmr.train.data.collate` takes)."""
-    return {name: [row[name] for row in rows] for name in rows[0]} if rows else {}
-
-
 def pairs_together(group_ids: Sequence[str]) -> tuple[int, int]:
     """In one batch: ``(rows of a group, those whose whole group is in the batch)``.
 
@@ -165,15 +122,51 @@ def pairs_together(group_ids: Sequence[str]) -> tuple[int, int]:
     return grouped, sum(n for n in counts.values() if n > 1)
 
 
-def collate_ahead(items: Iterable[Item], collate: Callable[[Item], Out]) -> Iterator[Out]:
-    """``collate(item)`` for each item, the next one computed in a background thread while
-    the caller works on the current one (decoding overlaps the training step)."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xmr-collate") as pool:
-        pending: Future[Out] | None = None
-        for item in items:
-            ahead = pool.submit(collate, item)
-            if pending is not None:
-                yield pending.result()
-            pending = ahead
-        if pending is not None:
-            yield pending.result()
+def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:
+    """``[count]`` int64: the order in which epoch ``epoch`` of a run seeded ``seed`` visits
+    ``count`` groups (or rows)."""
+    return np.random.default_rng([seed, epoch]).permutation(count)
+
+
+class EpochPlan:
+    """Which rows of the training table make each micro-batch of each epoch.
+
+    Epoch ``e`` visits the groups in the order :func:`epoch_order` and fills micro-batches of
+    ``batch_size`` rows from them with :func:`batch_groups`, so a group never straddles two
+    micro-batches. Without groups (``groups=None``: every row a group of one) micro-batch ``k``
+    is the slice ``[k·B, (k+1)·B)`` of the epoch's permutation of the rows, which is what
+    groups of one give too, and the rows left over (fewer than ``B``) wait for the next epoch's
+    shuffle. The same arguments give the same plan in every process.
+    """
+
+    def __init__(
+        self, rows: int, batch_size: int, seed: int, groups: list[list[int]] | None = None
+    ) -> None:
+        self.rows, self.batch_size, self.seed, self.groups = rows, batch_size, seed, groups
+        self._cached: tuple[int, list[np.ndarray]] = (-1, [])
+
+    @classmethod
+    def for_table(
+        cls, table: pa.Table, batch_size: int, seed: int, grouped: bool, hard_negatives: bool
+    ) -> EpochPlan:
+        """The plan of a training table: by its ``group_id`` column when ``grouped`` (a BiAug
+        D′; each row a group of its own when not ``hard_negatives``), by rows otherwise."""
+        groups = None
+        if grouped and hard_negatives:
+            groups = groups_of(table.column(GROUP_COLUMN).to_pylist())
+        return cls(table.num_rows, batch_size, seed, groups)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """Epoch ``epoch``'s micro-batches, each an int64 array of row indices (``batch_size``
+        of them, or one fewer where :func:`batch_groups` could not fill a place)."""
+        if self._cached[0] != epoch:
+            if self.groups is None:
+                order = epoch_order(self.rows, self.seed, epoch)
+                size = self.batch_size
+                batches = [order[k * size : (k + 1) * size] for k in range(self.rows // size)]
+            else:
+                order = epoch_order(len(self.groups), self.seed, epoch)
+                filled = batch_groups((self.groups[n] for n in order), self.batch_size)
+                batches = [np.array(rows, np.int64) for rows in filled]
+            self._cached = (epoch, batches)
+        return self._cached[1]

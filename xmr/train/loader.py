@@ -3,20 +3,19 @@
 The dataset handed to Ray Train holds one row per micro-batch *slot* of the whole run: slot
 ``g`` is micro-batch ``k = g mod S`` of epoch ``e = g div S`` (``S`` slots per epoch over all
 workers, :func:`slots_per_epoch`). :class:`CollateSlots`, a Ray Data actor stage, turns it into
-the pairs ``order_e[k·B : (k+1)·B]``, where ``order_e`` is the seeded permutation
-:func:`epoch_order` of the whole training table: it reads the pairs, decodes the images, applies
-the train transform (seeded per pair, :func:`~xmr.train.data.augment_seeds`) and tokenises, and
-emits the batch as one row of tensor columns (:meth:`~xmr.models.batch.TrainBatch.to_columns`).
-So every epoch is a fresh global shuffle, the same for the same seed whatever the number of
+the rows the run's :class:`~xmr.train.batching.EpochPlan` gives micro-batch ``k`` of epoch
+``e`` (a seeded permutation of the whole training table, or of its BiAug groups, which then
+stay whole in one micro-batch): it reads the pairs, decodes the images, applies the train
+transform (seeded per pair, :func:`~xmr.train.data.augment_seeds`) and tokenises, and emits
+the batch as one row of tensor columns (:meth:`~xmr.models.batch.TrainBatch.to_columns`). So
+every epoch is a fresh global shuffle, the same for the same seed whatever the number of
 loader actors; decoding runs in processes of its own (on a cluster, wherever Ray places the
 actors), never in a training worker's threads; and the run is one Ray Data execution, so the
 actors start once and the next epoch's batches are decoded while this one's last steps run.
 
 A worker (re)starting at epoch ``s`` (a resumed run, a restarted worker group) sets the run's
 :class:`StartClock` to ``s`` before it starts iterating; the stage reads it when it is built
-and passes over the slots of earlier epochs without decoding them. BiAug's packed groups
-(:mod:`xmr.train.batching`) do not go through this loader: they are batched and decoded in the
-worker.
+and passes over the slots of earlier epochs without decoding them.
 """
 
 from __future__ import annotations
@@ -33,10 +32,12 @@ import torch
 from xmr.models import create_model
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
+from xmr.train.batching import GROUP_COLUMN, EpochPlan, pairs_together
 from xmr.train.config import TrainConfig
 from xmr.train.data import collate
 
 SLOT_COLUMN = "slot"  # the slot's number in the run
+PAIRS_COLUMN = "pairs_together"  # the batch's (rows of a pair, rows beside their partner)
 SLOTS_PER_BLOCK = 4  # slots in each input block: an actor's unit of work
 
 
@@ -54,21 +55,16 @@ class StartClock:
         return self._epoch
 
 
-def epoch_order(rows: int, seed: int, epoch: int) -> np.ndarray:
-    """``[rows]`` int64: the order in which epoch ``epoch`` of a run seeded ``seed`` visits the
-    training table's pairs."""
-    return np.random.default_rng([seed, epoch]).permutation(rows)
-
-
 class CollateSlots:
     """Ray Data stage: slot numbers in, one decoded micro-batch per slot out.
 
     Input column ``slot`` (int64 slot numbers of the run); output: one row per slot of the start
     epoch or later (none for an earlier slot), whose columns are the
     batch's :meth:`~xmr.models.batch.TrainBatch.to_columns` (``pixels`` ``[B, 3, H, W]``
-    float32, ``text`` ``[B, L]``, labels ``[B]``, ...). Built once per actor: the family's
-    transform and tokenizer (the model, on the CPU, with one torch thread) and the training
-    table, read from the object store.
+    float32, ``text`` ``[B, L]``, labels ``[B]``, ...) and ``pairs_together`` ``[2]`` int64
+    (:func:`~xmr.train.batching.pairs_together` of a ``grouped`` table's batch, else 0, 0).
+    Built once per actor: the family's transform and tokenizer (the model, on the CPU, with one
+    torch thread), the training table, read from the object store, and the run's plan.
     """
 
     def __init__(
@@ -78,6 +74,7 @@ class CollateSlots:
         corpus: ray.ObjectRef,
         clock: ray.actor.ActorHandle,
         slots_per_epoch: int,
+        grouped: bool,
     ) -> None:
         torch.set_num_threads(1)
         self.config = TrainConfig.from_dict(config)
@@ -85,20 +82,29 @@ class CollateSlots:
         self.model = create_model(self.config.model, seed=self.config.seed, corpus=ray.get(corpus))
         self.start = int(ray.get(clock.get.remote()))
         self.slots_per_epoch = slots_per_epoch
-        self._order: tuple[int, np.ndarray] = (-1, np.empty(0, np.int64))
+        self.grouped = grouped
+        self.plan = training_plan(self.table, self.config, grouped)
 
     def __call__(self, slots: Mapping[str, np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
         for slot in slots[SLOT_COLUMN]:
             epoch, k = divmod(int(slot), self.slots_per_epoch)
             if epoch < self.start:
                 continue
-            if self._order[0] != epoch:
-                self._order = (epoch, epoch_order(self.table.num_rows, self.config.seed, epoch))
-            size = self.config.micro_batch
-            take = self._order[1][k * size : (k + 1) * size]
+            take = self.plan.batches(epoch)[k]
             rows = self.table.take(pa.array(take, pa.int64())).to_pydict()
             batch = collate(rows, self.model, seed=self.config.seed, epoch=epoch)
-            yield {name: value[np.newaxis] for name, value in batch.to_columns().items()}
+            columns = batch.to_columns()
+            pairs = pairs_together(rows[GROUP_COLUMN]) if self.grouped else (0, 0)
+            columns[PAIRS_COLUMN] = np.array(pairs, np.int64)
+            yield {name: value[np.newaxis] for name, value in columns.items()}
+
+
+def training_plan(table: pa.Table, config: TrainConfig, grouped: bool) -> EpochPlan:
+    """The run's :class:`~xmr.train.batching.EpochPlan` of micro-batches: by whole BiAug groups
+    when ``grouped`` (and ``config.hard_negatives``), by rows otherwise."""
+    return EpochPlan.for_table(
+        table, config.micro_batch, config.seed, grouped, config.hard_negatives
+    )
 
 
 def slots_per_epoch(config: TrainConfig, steps_per_epoch: int) -> int:
@@ -112,9 +118,11 @@ def training_dataset(
     corpus: Corpus,
     clock: ray.actor.ActorHandle,
     steps_per_epoch: int,
+    grouped: bool = False,
 ) -> ray.data.Dataset:
     """Ray Train's ``train`` dataset: the run's slots mapped by ``config.loaders``
-    :class:`CollateSlots` actors of ``config.loader_cpus`` CPUs each."""
+    :class:`CollateSlots` actors of ``config.loader_cpus`` CPUs each (``grouped``: the table's
+    BiAug groups stay whole in a micro-batch)."""
     per_epoch = slots_per_epoch(config, steps_per_epoch)
     slots = per_epoch * config.epochs
     # Blocks made here: no read task, which would need a CPU that the workers may all hold.
@@ -122,14 +130,26 @@ def training_dataset(
     return ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK)).map_batches(
         CollateSlots,
         batch_size=1,
-        fn_constructor_args=(config.to_dict(), ray.put(table), ray.put(corpus), clock, per_epoch),
+        fn_constructor_args=(
+            config.to_dict(),
+            ray.put(table),
+            ray.put(corpus),
+            clock,
+            per_epoch,
+            grouped,
+        ),
         compute=ray.data.ActorPoolStrategy(size=config.loaders),
         num_cpus=config.loader_cpus,
     )
 
 
-def batches_of(shard: ray.data.DataIterator, prefetch: int) -> Iterator[TrainBatch]:
+def batches_of(
+    shard: ray.data.DataIterator, prefetch: int
+) -> Iterator[tuple[TrainBatch, tuple[int, int]]]:
     """The worker's side: its slots' batches, all epochs from the start epoch on, as
-    :class:`~xmr.models.batch.TrainBatch` on the CPU, ``prefetch`` batches fetched ahead."""
+    :class:`~xmr.models.batch.TrainBatch` on the CPU with the batch's
+    :func:`~xmr.train.batching.pairs_together` counts, ``prefetch`` batches fetched ahead."""
     for row in shard.iter_batches(batch_size=1, batch_format="numpy", prefetch_batches=prefetch):
-        yield TrainBatch.from_columns({name: value[0] for name, value in row.items()})
+        columns = {name: value[0] for name, value in row.items()}
+        grouped, together = (int(n) for n in columns.pop(PAIRS_COLUMN))
+        yield TrainBatch.from_columns(columns), (grouped, together)

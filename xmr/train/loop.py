@@ -1,12 +1,11 @@
 """The per-worker training loop that Ray Train runs on every data-parallel worker.
 
-Each epoch: iterate this worker's shard of the training table (seeded local shuffle), step the
-family's objective (DDP across workers), evaluate on rank 0 when due, and report metrics with a
-checkpoint (rank 0 writes it). With a BiAug D′ the shard holds whole groups
-(:mod:`xmr.train.batching`): each batch keeps a positive with its hard negative, and the ranks
-step in lockstep (each may pack a different number of batches from its groups). A restarted
-worker group, or a rerun with the same run name, resumes from the latest checkpoint: weights,
-optimiser, scheduler, epoch and best score.
+Each epoch: take this worker's share of the epoch's micro-batches, decoded ahead by the loader
+(:mod:`xmr.train.loader`; with a BiAug D′ each keeps a positive with its hard negative), step
+the family's objective over the global batch (DDP across workers), evaluate on rank 0 when
+due, and report metrics with a checkpoint (rank 0 writes it). A restarted worker group, or a
+rerun with the same run name, resumes from the latest checkpoint: weights, optimiser,
+scheduler, epoch and best score.
 """
 
 from __future__ import annotations
@@ -38,28 +37,17 @@ from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
 from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
-from xmr.models.batch import TrainBatch
 from xmr.models.gather import mean_over_workers
 from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
 from xmr.train.accumulate import accumulated_backward, average_gradients
-from xmr.train.batching import (
-    GROUP_COLUMN,
-    batch_groups,
-    collate_ahead,
-    pairs_together,
-    rows_to_columns,
-    unpack_groups,
-)
 from xmr.train.config import TrainConfig
-from xmr.train.data import collate
 from xmr.train.loader import batches_of, slots_per_epoch
 from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import autocast, check_precision, grad_scaler
 
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
 STATE_FILE = "train_state.pt"  # optimiser, scheduler, epoch, best score, RNG states
-SHUFFLE_BUFFER = 2048  # packed groups in each worker's local shuffle buffer
 PREFETCH_BATCHES = 2  # decoded micro-batches each worker fetches ahead of its step
 Item = TypeVar("Item")
 
@@ -135,8 +123,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`), ``data_root`` (resolved dataset
     folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies),
     ``progress`` (rank 0's progress through each epoch: ``"bar"``, ``"lines"`` or ``"none"``;
-    the epoch line is always printed), ``grouped`` (the shard's rows are packed groups,
-    :func:`xmr.train.batching.pack_groups`).
+    the epoch line is always printed), ``grouped`` (the batches keep BiAug groups whole: report
+    ``train/pairs_together``), ``clock`` (the loader's
+    :class:`~xmr.train.loader.StartClock`).
     """
     config = TrainConfig.from_dict(loop_config["config"])
     data_root = storage_path(loop_config["data_root"])
@@ -172,19 +161,13 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     objective = ray.train.torch.prepare_model(
         objective, parallel_strategy_kwargs={"find_unused_parameters": True}
     )
-    shard = ray.train.get_dataset_shard("train")
     grouped = bool(loop_config["grouped"])
-    clock = loop_config["clock"]
-    batches = partial(
-        _epoch_batches, shard, config, model, steps_per_epoch, grouped=grouped, device=device,
-        world_size=context.get_world_size(),
-    )  # fmt: skip
-
     # Every rank, before it first asks for a batch: the loader skips the epochs already done.
-    ray.get(clock.set.remote(start_epoch))
-    decoded = batches_of(shard, PREFETCH_BATCHES) if not grouped else None
+    ray.get(loop_config["clock"].set.remote(start_epoch))
+    decoded = batches_of(ray.train.get_dataset_shard("train"), PREFETCH_BATCHES)
+    per_worker = slots_per_epoch(config, steps_per_epoch) // context.get_world_size()
     for epoch in range(start_epoch, config.epochs):
-        seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # augmentations, sampling
+        seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # dropout, sampling
         objective.train()
         totals: dict[str, float] = defaultdict(float)
         steps, samples, start = 0, 0, time.perf_counter()
@@ -195,8 +178,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             if rank == 0
             else None
         )
-        micro_batches = _in_groups(batches(epoch=epoch, decoded=decoded), config.accum_steps)
-        for group in micro_batches:
+        # this worker's share of the epoch's slots (every worker gets as many)
+        for group in _in_groups(islice(decoded, per_worker), config.accum_steps):
             micro = [batch.to(device, non_blocking=True) for batch, _ in group]
             pair_rows[0] += sum(grouped_rows for _, (grouped_rows, _) in group)
             pair_rows[1] += sum(together_rows for _, (_, together_rows) in group)
@@ -293,47 +276,6 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             )
 
 
-def _epoch_batches(
-    shard: ray.data.DataIterator,
-    config: TrainConfig,
-    model: RetrievalModel,
-    steps_per_epoch: int,
-    *,
-    grouped: bool,
-    device: torch.device,
-    world_size: int,
-    epoch: int,
-    decoded: Iterator[TrainBatch] | None,
-) -> Iterator[tuple[TrainBatch, tuple[int, int]]]:
-    """Epoch ``epoch`` of ``shard``'s micro-batches, each with its pair counts
-    (:func:`~xmr.train.batching.pairs_together`; ``(0, 0)`` when not ``grouped``).
-
-    Plain rows arrive ``decoded``, the run's micro-batches from the loader's actors
-    (:mod:`xmr.train.loader`): an epoch is this worker's share of its slots. Packed groups
-    (``grouped``) are shuffled by Ray Data as whole groups, packed into batches without
-    splitting one, collated a batch ahead in this worker, and stepped in lockstep across ranks.
-    """
-    if decoded is not None:
-        per_worker = slots_per_epoch(config, steps_per_epoch) // world_size
-        yield from ((batch, (0, 0)) for batch in islice(decoded, per_worker))
-        return
-    chunks = shard.iter_batches(
-        batch_size=config.micro_batch,
-        batch_format="pyarrow",
-        local_shuffle_buffer_size=SHUFFLE_BUFFER,
-        local_shuffle_seed=config.seed * 1_009 + epoch,
-    )
-    groups = (group for chunk in chunks for group in unpack_groups(chunk))
-
-    def collate_counted(rows: list[dict]) -> tuple[TrainBatch, tuple[int, int]]:
-        columns = rows_to_columns(rows)
-        batch = collate(columns, model, seed=config.seed, epoch=epoch)
-        return batch, pairs_together([r[GROUP_COLUMN] for r in rows])
-
-    collated = collate_ahead(batch_groups(groups, config.micro_batch), collate_counted)
-    yield from _in_lockstep(collated, device, world_size)
-
-
 def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
     """``items`` in lists of ``size`` (an optimiser step's micro-batches); a shorter last
     list is dropped (every rank has as many items, so every rank drops it)."""
@@ -343,22 +285,6 @@ def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
         if len(group) == size:
             yield group
             group = []
-
-
-def _in_lockstep(items: Iterable[Item], device: torch.device, world_size: int) -> Iterator[Item]:
-    """``items`` while every rank still has one: all ranks stop at the shortest rank's count
-    (DDP needs the same number of steps on every rank)."""
-    iterator = iter(items)
-    while True:
-        item = next(iterator, None)
-        if world_size > 1:
-            more = torch.tensor([item is not None], dtype=torch.int32, device=device)
-            torch.distributed.all_reduce(more, op=torch.distributed.ReduceOp.MIN)
-            if not more.item():
-                return
-        if item is None:
-            return
-        yield item
 
 
 def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | ProgressLines | None:

@@ -14,9 +14,9 @@ Rerunning the same name (same ``storage``) resumes from the latest checkpoint; a
 only re-reports its final metrics. Worker failures restart the worker group from the latest
 checkpoint up to ``max_failures`` times.
 
-A BiAug D′ trains from the table packed by group (:func:`~xmr.train.batching.pack_groups`), so
-each positive shares a batch with its hard negative (``--no-hard-negatives``: every row a group
-of its own, the same path otherwise).
+A BiAug D′ trains from micro-batches filled with whole groups
+(:class:`~xmr.train.batching.EpochPlan`), so each positive shares a batch with its hard negative
+(``--no-hard-negatives``: every row a group of its own, the same path otherwise).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import ray
 import ray.train
 from ray.train.torch import TorchTrainer
@@ -48,10 +49,9 @@ from xmr.tracking import (
     start_run,
     write_run_record,
 )
-from xmr.train.batching import pack_groups
 from xmr.train.config import TrainConfig
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
-from xmr.train.loader import StartClock, training_dataset
+from xmr.train.loader import StartClock, training_dataset, training_plan
 from xmr.train.loop import MODEL_FILE, train_loop
 
 RUN_FILE = "xmr_run.json"
@@ -185,6 +185,16 @@ def _log_inputs(
         run.log_dataset(frame, source=str(source), name=name, context="training")
 
 
+def _steps_per_epoch(table: pa.Table, config: TrainConfig, grouped: bool) -> int:
+    """Optimiser steps in every epoch: the micro-batches of the epoch that has fewest (whole
+    groups fill some a row short or leave rows over, :func:`~xmr.train.batching.batch_groups`)
+    over workers × accumulation steps."""
+    epochs = range(config.epochs) if grouped else range(1)  # by rows, every epoch has as many
+    plan = training_plan(table, config, grouped)
+    fewest = min(len(plan.batches(epoch)) for epoch in epochs)
+    return fewest // (config.workers * config.accum_steps)
+
+
 def default_world(config: TrainConfig) -> Path:
     """The embedded ToyWorld for ``config``: the shop world (product entities) for EI-CLIP."""
     mode = "shop" if config.model.family == "eiclip" else "scene"
@@ -241,7 +251,7 @@ def train(
     if not corpus.entities:  # the final ODmAP tags captions in the rank-0 worker
         require_tagger()
     grouped = data.synth_mode == "biaug"  # batches built from whole groups
-    steps_per_epoch = data.table.num_rows // config.workers // config.per_worker_batch
+    steps_per_epoch = _steps_per_epoch(data.table, config, grouped)
     if steps_per_epoch < 1:
         raise ValueError(
             f"{data.table.num_rows} training pairs give no full batch of "
@@ -285,10 +295,7 @@ def train(
     # epoch line came twice and pycocotools' swallowed prints came through.
     os.environ.setdefault(TRAIN_PRINT_PATCH, "0")
     clock = StartClock.remote()
-    if grouped:
-        dataset = ray.data.from_arrow(pack_groups(data.table, config.seed, config.hard_negatives))
-    else:
-        dataset = training_dataset(data.table, config, corpus, clock, steps_per_epoch)
+    dataset = training_dataset(data.table, config, corpus, clock, steps_per_epoch, grouped)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={
