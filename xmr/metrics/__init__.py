@@ -14,45 +14,58 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from xmr.metrics.average_precision import map_at_k
+    from xmr.metrics.bootstrap import Interval, mean_intervals, paired_intervals
     from xmr.metrics.direction import (
         Direction,
         UnknownMetricError,
         find_direction,
         metric_direction,
     )
-    from xmr.metrics.gender_bias import bias_at_k, similarity_bias
-    from xmr.metrics.odmap import odmap_at_k, odmap_relevance
+    from xmr.metrics.gender_bias import bias_at_k, bias_deltas, similarity_bias
+    from xmr.metrics.odmap import odmap_at_k, odmap_per_query, odmap_relevance
     from xmr.metrics.ranking import Ranking, rank
-    from xmr.metrics.recall import recall_at_k, summed_recall
+    from xmr.metrics.recall import recall_at_k, recall_hits, summed_recall
 
 _MODULE_OF = {  # exported name -> its module
     "Direction": "direction",
+    "Interval": "bootstrap",
     "Ranking": "ranking",
     "UnknownMetricError": "direction",
     "bias_at_k": "gender_bias",
+    "bias_deltas": "gender_bias",
     "find_direction": "direction",
     "map_at_k": "average_precision",
+    "mean_intervals": "bootstrap",
     "metric_direction": "direction",
     "odmap_at_k": "odmap",
+    "odmap_per_query": "odmap",
     "odmap_relevance": "odmap",
+    "paired_intervals": "bootstrap",
     "rank": "ranking",
     "recall_at_k": "recall",
+    "recall_hits": "recall",
     "similarity_bias": "gender_bias",
     "summed_recall": "recall",
 }
 
 __all__ = [
     "Direction",
+    "Interval",
     "Ranking",
     "UnknownMetricError",
     "bias_at_k",
+    "bias_deltas",
     "find_direction",
     "map_at_k",
+    "mean_intervals",
     "metric_direction",
     "odmap_at_k",
+    "odmap_per_query",
     "odmap_relevance",
+    "paired_intervals",
     "rank",
     "recall_at_k",
+    "recall_hits",
     "similarity_bias",
     "summed_recall",
 ]

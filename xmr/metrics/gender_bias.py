@@ -54,19 +54,19 @@ def gender_codes(
     return out
 
 
-def bias_at_k(
+def bias_deltas(
     scores: np.ndarray | torch.Tensor | Ranking,
     image_gender: Sequence[str],
     ks: Iterable[int] = tuple(range(1, 11)),
-) -> dict[int, float]:
-    """Bias@K (eq. 2–3) for each K in ``ks``: ``{K: signed mean in [-1, 1]}``.
+) -> dict[int, np.ndarray]:
+    """Each query's Δ_K (eq. 2) for each K in ``ks``: ``{K: float64 [Q] in [-1, 1]}``.
 
     ``scores`` is a dense text-to-image ``[Q, N]`` score matrix (higher first, ties to the lower
     image index) or a :class:`Ranking` with at least the top ``max(ks)`` (or all ``N``).
     ``image_gender[n]`` is ``"male"``, ``"female"`` or ``"neutral"``. Per query,
     ``Δ_K = (N_male − N_female) / (N_male + N_female)`` over its top K images, 0 when none of them
-    is gendered; Bias@K is the mean of Δ_K over all queries, sign kept. A K above ``N`` counts the
-    whole gallery.
+    is gendered. A K above ``N`` counts the whole gallery. Bias@K is the mean
+    (:func:`bias_at_k`); its bootstrap resamples these.
     """
     ks = check_ks(ks)
     ranking = as_ranking(scores, max(ks))
@@ -81,11 +81,20 @@ def bias_at_k(
         col = min(k, top.shape[1]) - 1
         male, female = n_male[:, col], n_female[:, col]
         gendered = male + female
-        delta = np.divide(
+        out[k] = np.divide(
             male - female, gendered, out=np.zeros(len(top)), where=gendered > 0, dtype=np.float64
         )
-        out[k] = float(delta.mean())
     return out
+
+
+def bias_at_k(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    image_gender: Sequence[str],
+    ks: Iterable[int] = tuple(range(1, 11)),
+) -> dict[int, float]:
+    """Bias@K (eq. 2–3) for each K in ``ks``: ``{K: signed mean in [-1, 1]}``, the mean over
+    all queries of :func:`bias_deltas` (same arguments), sign kept."""
+    return {k: float(delta.mean()) for k, delta in bias_deltas(scores, image_gender, ks).items()}
 
 
 def similarity_bias(

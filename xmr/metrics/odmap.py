@@ -43,14 +43,14 @@ def odmap_relevance(
     ).reshape(np.shape(ranked))
 
 
-def odmap_at_k(
+def odmap_per_query(
     scores: np.ndarray | torch.Tensor | Ranking,
     gallery_mentions: Sequence[AbstractSet[str]],
     removed: Sequence[AbstractSet[str]],
     present: Sequence[AbstractSet[str]],
     ks: Iterable[int] = (1, 5, 10),
-) -> dict[int, float]:
-    """ODmAP@k for each k in ``ks``: ``{k: mAP@k in [0, 1]}``.
+) -> dict[int, np.ndarray]:
+    """Each query's AP@k for each k in ``ks``: ``{k: float64 [Q] in [0, 1]}``.
 
     ``scores`` is a dense ``[Q, G]`` image-to-caption score matrix (higher first, ties to the
     lower gallery index) or a :class:`Ranking` with at least the top ``max(ks)`` (or all ``G``).
@@ -58,6 +58,7 @@ def odmap_at_k(
     one per query. Caption g is relevant to query q iff ``gallery_mentions[g] ∩ removed[q] = ∅``
     and ``gallery_mentions[g] ∩ present[q] ≠ ∅`` (so a query with nothing present scores 0). AP
     uses the default ``"retrieved"`` normalisation of :mod:`xmr.metrics.average_precision`.
+    ODmAP@k is the mean (:func:`odmap_at_k`); its bootstrap resamples these.
     """
     ks = check_ks(ks)
     ranking = as_ranking(scores, max(ks))
@@ -71,4 +72,17 @@ def odmap_at_k(
             f"{ranking.num_queries} queries"
         )
     relevant = odmap_relevance(ranking.top(max(ks)), gallery_mentions, removed, present)
-    return {k: float(average_precision_at_k(relevant[:, :k]).mean()) for k in ks}
+    return {k: average_precision_at_k(relevant[:, :k]) for k in ks}
+
+
+def odmap_at_k(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    gallery_mentions: Sequence[AbstractSet[str]],
+    removed: Sequence[AbstractSet[str]],
+    present: Sequence[AbstractSet[str]],
+    ks: Iterable[int] = (1, 5, 10),
+) -> dict[int, float]:
+    """ODmAP@k for each k in ``ks``: ``{k: mAP@k in [0, 1]}``, the mean of
+    :func:`odmap_per_query` (same arguments)."""
+    per_query = odmap_per_query(scores, gallery_mentions, removed, present, ks)
+    return {k: float(ap.mean()) for k, ap in per_query.items()}

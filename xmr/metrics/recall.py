@@ -12,17 +12,18 @@ import torch
 from xmr.metrics.ranking import Ranking, as_ranking, check_ks
 
 
-def recall_at_k(
+def recall_hits(
     scores: np.ndarray | torch.Tensor | Ranking,
     positives: Sequence[Collection[int]],
     ks: Iterable[int] = (1, 5, 10),
-) -> dict[int, float]:
-    """Recall@K for each K in ``ks``: ``{K: fraction of queries in [0, 1]}``.
+) -> dict[int, np.ndarray]:
+    """Per query, whether it is a hit at each K in ``ks``: ``{K: bool [Q]}``.
 
     ``scores`` is a dense ``[Q, G]`` score matrix (higher first, ties to the lower gallery index)
     or a :class:`Ranking` with at least the top ``max(ks)`` (or all ``G``). ``positives[q]`` holds
     the correct gallery indices of query q; the query is a hit at K when any of them ranks in the
     top K (a query without positives never is). A K above ``G`` ranks the whole gallery.
+    Recall@K is the mean (:func:`recall_at_k`); its bootstrap resamples these.
     """
     ks = check_ks(ks)
     ranking = as_ranking(scores, max(ks))
@@ -34,7 +35,17 @@ def recall_at_k(
         dtype=bool,
     ).reshape(top.shape)
     hit_within = np.logical_or.accumulate(hit, axis=1)  # [Q, K]: a hit at rank <= i + 1
-    return {k: float(hit_within[:, min(k, top.shape[1]) - 1].mean()) for k in ks}
+    return {k: hit_within[:, min(k, top.shape[1]) - 1] for k in ks}
+
+
+def recall_at_k(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    positives: Sequence[Collection[int]],
+    ks: Iterable[int] = (1, 5, 10),
+) -> dict[int, float]:
+    """Recall@K for each K in ``ks``: ``{K: fraction of queries in [0, 1]}``, the mean of
+    :func:`recall_hits` (same arguments)."""
+    return {k: float(hits.mean()) for k, hits in recall_hits(scores, positives, ks).items()}
 
 
 def summed_recall(recalls: Iterable[Mapping[Any, float]]) -> float:

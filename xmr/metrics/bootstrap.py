@@ -1,0 +1,151 @@
+"""Bootstrap confidence intervals of per-query means, and of paired differences between runs.
+
+Every metric in :mod:`xmr.metrics` is a mean over queries of a per-query value (a Recall@K hit,
+an ODmAP query's AP@k, a caption's Bias@K Δ_K). Its uncertainty from the finite query set is
+estimated by the percentile bootstrap (Efron & Tibshirani 1993, ch. 13): draw ``resamples``
+query sets of the same size with replacement, take each metric's mean over each, and report
+the ``(1 − confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of those means. The metrics
+of one query set are resampled together (one draw of queries serves them all), so their
+intervals describe the same hypothetical test sets.
+
+A paired comparison of two models on the same queries resamples the per-query *differences*
+(:func:`paired_intervals`): query difficulty is shared by both models and cancels, so the
+interval is much narrower than comparing two unpaired intervals. A difference whose interval
+excludes 0 is significant at ``1 − confidence`` (two-sided).
+
+Everything is seeded: the same values, seed and resample count give the same interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+RESAMPLES = 1000
+"""Bootstrap resamples by default. At this count a 95 % interval's endpoints move by about 2 % of
+its width between seeds (measured: 1.5–2 % for 500–2,500 queries); 1,000 resamples of 25,000
+queries × 10 metrics take 0.2 s on 2 cores, of 600,000 × 3 metrics 4 s."""
+CONFIDENCE = 0.95
+"""Default coverage of an interval."""
+_CHUNK_VALUES = 4_000_000  # resample weights held at once: resamples × queries per chunk
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A metric's value (the mean over all queries) and its bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+
+    def excludes(self, point: float = 0.0) -> bool:
+        """Whether ``point`` lies outside ``[low, high]`` (for a difference: significant)."""
+        return not self.low <= point <= self.high
+
+    def to_json(self) -> dict[str, float]:
+        return {"value": self.value, "ci_low": self.low, "ci_high": self.high}
+
+
+def bootstrap_means(values: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Means of ``resamples`` bootstrap resamples of the rows of ``values``.
+
+    Args:
+        values: ``[Q]`` or ``[Q, M]``: ``M`` per-query values of ``Q`` queries, resampled by
+            query (row) together.
+        resamples: how many query sets of size ``Q`` to draw with replacement.
+        seed: the generator's seed.
+
+    Returns:
+        float64 ``[resamples]`` or ``[resamples, M]``: each resample's mean of each column.
+    """
+    data = np.asarray(values, dtype=np.float64)
+    queries = len(data)
+    if queries == 0:
+        raise ValueError("no queries to resample")
+    flat = data.reshape(queries, -1)
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    rng = np.random.default_rng(seed)
+    means = np.empty((resamples, flat.shape[1]))
+    chunk = max(1, _CHUNK_VALUES // queries)
+    for start in range(0, resamples, chunk):
+        n = min(chunk, resamples - start)
+        drawn = rng.integers(0, queries, size=(n, queries))
+        # how often each query was drawn in each resample: [n, Q]
+        offsets = (np.arange(n)[:, None] * queries + drawn).ravel()
+        counts = np.bincount(offsets, minlength=n * queries).reshape(n, queries)
+        means[start : start + n] = counts @ flat / queries
+    return means.reshape((resamples, *data.shape[1:]))
+
+
+def mean_intervals(
+    values: Mapping[str, np.ndarray],
+    *,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """Each metric's mean over queries with its percentile bootstrap interval.
+
+    Args:
+        values: metric name -> ``[Q]`` per-query values, the same ``Q`` queries for all (one
+            draw of queries resamples them all).
+        resamples: bootstrap resamples.
+        confidence: the interval's coverage, in (0, 1).
+        seed: the generator's seed.
+
+    Returns:
+        metric name -> :class:`Interval`, in the order of ``values``.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not values:
+        return {}
+    names = list(values)
+    columns = [np.asarray(values[name], dtype=np.float64).ravel() for name in names]
+    sizes = {name: len(column) for name, column in zip(names, columns, strict=True)}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"metrics of one query set need as many values each, got {sizes}")
+    table = np.stack(columns, axis=1)
+    means = bootstrap_means(table, resamples, seed)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail], axis=0)
+    point = table.mean(axis=0)
+    return {
+        name: Interval(float(point[n]), float(low[n]), float(high[n]))
+        for n, name in enumerate(names)
+    }
+
+
+def paired_intervals(
+    first: Mapping[str, np.ndarray],
+    second: Mapping[str, np.ndarray],
+    *,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """``second − first`` for each metric both have, with a paired bootstrap interval.
+
+    Args:
+        first, second: metric name -> ``[Q]`` per-query values of two models on the same ``Q``
+            queries in the same order.
+        resamples, confidence, seed: as :func:`mean_intervals`.
+
+    Returns:
+        metric name -> :class:`Interval` of the mean difference (positive: ``second`` higher).
+    """
+    shared = [name for name in first if name in second]
+    differences = {}
+    for name in shared:
+        a = np.asarray(first[name], dtype=np.float64).ravel()
+        b = np.asarray(second[name], dtype=np.float64).ravel()
+        if a.shape != b.shape:
+            raise ValueError(
+                f"{name}: {len(a)} and {len(b)} per-query values; a paired comparison needs "
+                "the same queries"
+            )
+        differences[name] = b - a
+    return mean_intervals(differences, resamples=resamples, confidence=confidence, seed=seed)
