@@ -65,6 +65,15 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     assert counts["odmap_gallery"] == (60 + 10 + 40) * 5  # every caption of every split
     assert counts["skipped"] == 0
     assert "ODmAP" in output and "Recall i2t" in output
+    assert "95% bootstrap intervals over the queries (1000 resamples)" in output
+    intervals = report["intervals"]
+    assert intervals.keys() == metrics.keys()
+    for name, interval in intervals.items():  # 40 images, 200 captions: wide, but around it
+        assert interval["value"] == metrics[name]
+        assert interval["ci_low"] <= interval["value"] <= interval["ci_high"], name
+    assert (
+        intervals["test/recall_t2i_at_10"]["ci_high"] > intervals["test/recall_t2i_at_10"]["ci_low"]
+    )
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["xmr/eval/toyworld"], output_format="list")
@@ -74,6 +83,9 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     assert run.data.params["data.dataset"] == "toyworld"
     assert run.data.metrics["test/odmap_at_5"] == pytest.approx(metrics["test/odmap_at_5"])
     assert run.data.metrics["test/bias_at_10"] == pytest.approx(metrics["test/bias_at_10"])
+    for end in ("low", "high"):
+        logged = run.data.metrics[f"test/odmap_at_5_ci_{end}"]
+        assert logged == pytest.approx(intervals["test/odmap_at_5"][f"ci_{end}"])
     artifacts = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id)}
     assert {"metrics.json", "odmap_examples.png"} <= artifacts
 
@@ -85,8 +97,11 @@ def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
     # Seed 1 weights, loaded over the default seed-0 init: an ignored checkpoint would show.
     plain, _ = _eval([*args, *MODEL_ARGS, "--seed", "1"], tmp_path / "a")
     checkpoint = save_checkpoint(tmp_path / "tiny.pt", create_model("clip", "xmr-tiny", seed=1))
-    loaded, _ = _eval([*args, *MODEL_ARGS, "--checkpoint", str(checkpoint)], tmp_path / "b")
+    loaded, _ = _eval(
+        [*args, *MODEL_ARGS, "--checkpoint", str(checkpoint), "--bootstrap", "0"], tmp_path / "b"
+    )
     assert loaded["metrics"] == pytest.approx(plain["metrics"])
+    assert loaded["intervals"] == {} and plain["intervals"].keys() == plain["metrics"].keys()
     assert loaded["config"]["model.checkpoint"] == str(checkpoint)
 
 

@@ -33,6 +33,8 @@ class EvalConfig:
     actors: int | None = None  # None: per GPU, else per CPU core (max 4); 2+ batches each
     device: str = "auto"  # auto | cpu | cuda
     seed: int = 0
+    bootstrap: int = 1000  # resamples of the queries for each metric's interval (0: none)
+    confidence: float = 0.95  # the intervals' coverage
     alpha1: float = 0.4
     alpha2: float = 0.8
     alpha3: float = 0.7
@@ -66,11 +68,13 @@ class EvalConfig:
         return {"bins": self.mi_bins, "sigma": self.mi_sigma}
 
     def encoding(self) -> EvalConfig:
-        """This config with the scoring-only fields (CLIP-clip) reset: configs with the same
-        ``encoding()`` can share one :func:`~xmr.eval.encode.encode` (``mi_split`` and
-        ``mi_samples`` are kept: they choose which images are encoded)."""
+        """This config with the scoring-only fields (CLIP-clip, the bootstrap) reset: configs
+        with the same ``encoding()`` can share one :func:`~xmr.eval.encode.encode`
+        (``mi_split`` and ``mi_samples`` are kept: they choose which images are encoded)."""
         return replace(
             self,
+            bootstrap=1000,
+            confidence=0.95,
             clip_m=0,
             mi_estimator="histogram",
             mi_bins=64,
@@ -91,6 +95,8 @@ class EvalConfig:
             "eval.batch_size": str(self.batch_size),
             "eval.device": self.device,
             "eval.seed": str(self.seed),
+            "eval.bootstrap": str(self.bootstrap),
+            "eval.confidence": str(self.confidence),
             "eval.rerank_k": "family default" if self.rerank_k is None else str(self.rerank_k),
             "synth.alpha1": str(self.alpha1),
             "synth.alpha2": str(self.alpha2),

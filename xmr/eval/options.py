@@ -47,7 +47,11 @@ class EvalOptions:
         None, "Encoder actors (default: one per GPU or CPU core, at most one per 2 batches).", ge=1
     )
     device: str = option("auto", "auto | cpu | cuda")
-    seed: int = option(0, "Seed for random init and example sampling.", ge=0)
+    seed: int = option(0, "Seed for random init, example sampling and the bootstrap.", ge=0)
+    bootstrap: int = option(
+        1000, "Bootstrap resamples of the queries for each metric's interval (0: none).", ge=0
+    )
+    confidence: float = option(0.95, "Coverage of the bootstrap intervals.", gt=0, lt=1)
     clip_m: int = option(0, "CLIP-clip: drop the m dims with the most gender information.", ge=0)
     mi_estimator: str = option(
         "histogram", "histogram (the reference code's) | ksg (Gao et al. 2017)"

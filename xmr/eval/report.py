@@ -9,6 +9,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from xmr.data.errors import DataError
@@ -30,29 +31,40 @@ _GROUPS = (
 def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
     """One row per metric family, one column per K, each labelled with its direction
     (:func:`~xmr.metrics.metric_direction`: ↑ higher is better, →0 closer to 0). Recall and
-    ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with their sign."""
+    ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with their sign. Each value is
+    followed by its bootstrap interval, ``[low, high]``, when there is one."""
     table = Table(title="xmr eval")
     table.add_column("metric")
     for k in ks:
         table.add_column(f"@{k}", justify="right")
     for label, stem in _GROUPS:
-        values = {
-            k: v for name, v in result.metrics.items() for k in ks if name.endswith(f"/{stem}{k}")
-        }
-        if not values:
+        names = {k: n for n in result.metrics for k in ks if n.endswith(f"/{stem}{k}")}
+        if not names:
             continue
-        direction = metric_direction(f"{stem}{min(values)}")
+        direction = metric_direction(f"{stem}{min(names)}")
         fmt, scale = ("{:+.3f}", 1.0) if direction.signed else ("{:.1f}", 100.0)
-        table.add_row(
-            f"{label} {direction.symbol}",
-            *(fmt.format(values[k] * scale) if k in values else "" for k in ks),
-        )
+
+        def cell(name: str, fmt: str = fmt, scale: float = scale) -> str:
+            text = fmt.format(result.metrics[name] * scale)
+            interval = result.intervals.get(name)
+            if interval is None:
+                return text
+            low, high = fmt.format(interval.low * scale), fmt.format(interval.high * scale)
+            return f"{text} [dim]{escape(f'[{low}, {high}]')}[/dim]"
+
+        cells = (cell(names[k]) if k in names else "" for k in ks)
+        table.add_row(f"{label} {direction.symbol}", *cells)
     return table
 
 
 def print_report(result: EvalResult, config: EvalConfig, console: Console | None = None) -> None:
     console = console or Console()
     console.print(metrics_table(result, config.ks))
+    if result.intervals:
+        console.print(
+            f"[dim][low, high]: {config.confidence:.0%} bootstrap intervals over the queries "
+            f"({config.bootstrap} resamples)[/dim]"
+        )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
     console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s[/dim]")
     if result.clip is not None:
@@ -132,10 +144,12 @@ def log_to_mlflow(
 def log_result(
     run: TrackedRun, result: EvalResult, config: EvalConfig, *, examples: bool = True
 ) -> None:
-    """Log an evaluation into ``run``: params, metrics, counts and timings, the metrics JSON,
-    CLIP-clip's dimensions (``clip_dims.json``) and the ODmAP example grid."""
+    """Log an evaluation into ``run``: params, metrics and their intervals (``..._ci_low``,
+    ``..._ci_high``), counts and timings, the metrics JSON, CLIP-clip's dimensions
+    (``clip_dims.json``) and the ODmAP example grid."""
     run.log_params(result.params(config))
     run.log_metrics(result.metrics)
+    run.log_metrics(result.interval_metrics())
     run.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
     run.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
     with tempfile.TemporaryDirectory() as tmp:

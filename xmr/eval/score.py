@@ -9,6 +9,12 @@ embeddings of an :class:`~xmr.eval.encode.EncodedSplit` (after CLIP-clip when ``
   a sample of them with their top captions for the example grid;
 - :func:`bias_scores`: Bias@K of the gender-neutral caption queries over the split's images.
 
+Each group also keeps its metrics' per-query values (a query's hit, AP@k or Δ_K), one set per
+query set (i2t images, t2i captions, ODmAP queries, Bias@K captions): :func:`score` turns each
+set into seeded percentile bootstrap intervals (:func:`~xmr.metrics.mean_intervals`,
+``config.bootstrap`` resamples at ``config.confidence``), and a paired comparison of two
+evaluations resamples their differences (``xmr compare``).
+
 :func:`evaluate` is :func:`~xmr.eval.encode.encode` followed by :func:`score`.
 """
 
@@ -28,7 +34,15 @@ from xmr.eval.clip import ClippedDims, clipped_split
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import EncodedSplit, encode
 from xmr.eval.protocol import ImageQuery, ODmAPSet
-from xmr.metrics import Ranking, bias_at_k, odmap_at_k, odmap_relevance, recall_at_k
+from xmr.metrics import (
+    Interval,
+    Ranking,
+    bias_deltas,
+    mean_intervals,
+    odmap_per_query,
+    odmap_relevance,
+    recall_hits,
+)
 from xmr.models import RetrievalModel, create_model
 from xmr.models.registry import default_rerank_k
 from xmr.retrieval import rerank, topk_similarity
@@ -48,7 +62,12 @@ class RetrievalExample:
 
 @dataclass
 class EvalResult:
-    """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation."""
+    """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation.
+
+    ``intervals``: each metric's bootstrap interval (none when ``config.bootstrap`` is 0);
+    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``) -> metric name -> float64
+    ``[Q]`` per-query values, whose means are the metrics.
+    """
 
     metrics: dict[str, float]
     counts: dict[str, int]
@@ -57,15 +76,26 @@ class EvalResult:
     data_root: StoragePath
     examples: list[RetrievalExample] = field(default_factory=list)
     clip: ClippedDims | None = None
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    per_query: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     def params(self, config: EvalConfig) -> dict[str, str]:
         """``config.params()`` with the data root that was evaluated."""
         return {**config.params(), "data.root": str(self.data_root)}
 
+    def interval_metrics(self) -> dict[str, float]:
+        """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
+        return {
+            f"{name}_ci_{end}": value
+            for name, interval in self.intervals.items()
+            for end, value in (("low", interval.low), ("high", interval.high))
+        }
+
     def to_json(self, config: EvalConfig) -> dict:
         return {
             "config": self.params(config),
             "metrics": self.metrics,
+            "intervals": {name: i.to_json() for name, i in self.intervals.items()},
             "counts": self.counts,
             "skipped": [issue._asdict() for issue in self.skipped],
             "timings": self.timings,
@@ -101,9 +131,11 @@ class ScoringInputs:
 
 @dataclass
 class GroupScores:
-    """One metric group's metrics (MLflow names), counts and timings (seconds)."""
+    """One metric group's metrics (MLflow names), their per-query values by query set (see
+    :class:`EvalResult`), counts and timings (seconds)."""
 
     metrics: dict[str, float] = field(default_factory=dict)
+    per_query: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     examples: list[RetrievalExample] = field(default_factory=list)
@@ -131,6 +163,7 @@ def score(
     counts = {"images": int(ok_images.sum()), "captions": len(encoded.retrieval.captions)}
     timings = dict(encoded.timings)
     examples: list[RetrievalExample] = []
+    per_query: dict[str, dict[str, np.ndarray]] = {}
     groups = []
     if "recall" in config.metrics:
         groups.append(recall_scores(inputs, model))
@@ -140,18 +173,43 @@ def score(
         groups.append(bias_scores(inputs))
     for group in groups:
         metrics.update(group.metrics)
+        per_query.update(group.per_query)
         counts.update(group.counts)
         timings.update(group.timings)
         examples += group.examples
     if clipped:
         counts["clip_m"] = config.clip_m
         counts["mi_images"] = clipped.mi_images
+    intervals = query_intervals(per_query, config)
     timings["metrics_s"] = time.perf_counter() - start
     timings["total_s"] = encoded.timings["total_s"] + timings["metrics_s"]
     counts["skipped"] = len(encoded.issues)
     return EvalResult(
-        metrics, counts, list(encoded.issues), timings, encoded.root, examples, clipped
-    )
+        metrics, counts, list(encoded.issues), timings, encoded.root, examples, clipped,
+        intervals, per_query,
+    )  # fmt: skip
+
+
+def query_intervals(
+    per_query: dict[str, dict[str, np.ndarray]], config: EvalConfig
+) -> dict[str, Interval]:
+    """Each metric's bootstrap interval, the metrics of one query set resampled together
+    (``config.bootstrap`` resamples, ``config.confidence``, seeded by ``config.seed``); none
+    when ``config.bootstrap`` is 0 or a set has no queries."""
+    intervals: dict[str, Interval] = {}
+    if not config.bootstrap:
+        return intervals
+    for values in per_query.values():
+        if values and len(next(iter(values.values()))):
+            intervals.update(
+                mean_intervals(
+                    values,
+                    resamples=config.bootstrap,
+                    confidence=config.confidence,
+                    seed=config.seed,
+                )
+            )
+    return intervals
 
 
 def evaluate(
@@ -195,11 +253,17 @@ def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) ->
         )
         scores.timings["rerank_s"] = time.perf_counter() - t0
         scores.counts["rerank_k"] = rerank_k
-    i2t = recall_at_k(i2t_ranking, positives_i2t, config.ks)
-    t2i = recall_at_k(t2i_ranking, positives_t2i, config.ks)
-    for k in config.ks:
-        scores.metrics[f"{inputs.prefix}recall_i2t_at_{k}"] = i2t[k]
-        scores.metrics[f"{inputs.prefix}recall_t2i_at_{k}"] = t2i[k]
+    for direction, ranking, positives in (
+        ("i2t", i2t_ranking, positives_i2t),
+        ("t2i", t2i_ranking, positives_t2i),
+    ):
+        hits = recall_hits(ranking, positives, config.ks)
+        values = {
+            f"{inputs.prefix}recall_{direction}_at_{k}": hits[k].astype(np.float64)
+            for k in config.ks
+        }
+        scores.per_query[direction] = values
+        scores.metrics.update({name: float(v.mean()) for name, v in values.items()})
     return scores
 
 
@@ -234,9 +298,11 @@ def odmap_scores(inputs: ScoringInputs, odmap: ODmAPSet) -> GroupScores:
     idx = np.flatnonzero(ok)
     removed = [odmap.removed[i] for i in idx]
     present = [odmap.present[i] for i in idx]
-    odmap_at = odmap_at_k(ranking, odmap.gallery_mentions, removed, present, config.ks)
+    ap = odmap_per_query(ranking, odmap.gallery_mentions, removed, present, config.ks)
+    values = {f"{inputs.prefix}odmap_at_{k}": ap[k] for k in config.ks}
     return GroupScores(
-        metrics={f"{inputs.prefix}odmap_at_{k}": odmap_at[k] for k in config.ks},
+        metrics={name: float(v.mean()) for name, v in values.items()},
+        per_query={"odmap": values},
         counts={"odmap_queries": len(idx), "odmap_gallery": len(odmap.gallery)},
         examples=_examples(odmap, ranking, idx, config.seed),
     )
@@ -250,9 +316,11 @@ def bias_scores(inputs: ScoringInputs) -> GroupScores:
     queries = inputs.text_emb[gallery_len:]  # after the gallery: the Bias@K queries
     genders = [g for g, ok in zip(encoded.genders, inputs.ok_images, strict=True) if ok]
     ranking = topk_similarity(queries, inputs.split_images, max(config.ks))
-    bias = bias_at_k(ranking, genders, config.ks)
+    deltas = bias_deltas(ranking, genders, config.ks)
+    values = {f"{inputs.prefix}bias_at_{k}": deltas[k] for k in config.ks}
     return GroupScores(
-        metrics={f"{inputs.prefix}bias_at_{k}": bias[k] for k in config.ks},
+        metrics={name: float(v.mean()) for name, v in values.items()},
+        per_query={"bias": values},
         counts={
             "bias_queries": len(encoded.bias_texts),
             **{f"images_{g}": genders.count(g) for g in ("male", "female", "neutral")},

@@ -73,7 +73,8 @@ def run_eval(
     metrics: tuple,
     products: bool,
 ) -> dict[str, float]:
-    """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics.
+    """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics, with
+    their bootstrap intervals (``..._ci_low``, ``..._ci_high``).
 
     Data with product entities (``products``: Fashion-Gen, the ToyWorld shop) is evaluated with
     the EI-CLIP paper's product protocols (full candidate set and same-sub-category "sample
@@ -94,7 +95,8 @@ def run_eval(
         ks=config.ks,
         seed=config.seed,
     )
-    return evaluate(eval_config, model=model).metrics
+    result = evaluate(eval_config, model=model)
+    return {**result.metrics, **result.interval_metrics()}
 
 
 def run_binding(
