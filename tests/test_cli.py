@@ -176,7 +176,9 @@ _REFUSALS = [
     (["tune", "--space", "fair_alpha", "--cpus-per-trial", "-1"], "--cpus-per-trial must be >= 0"),
     (["demo", "--epochs", "0"], "--epochs must be >= 1, got 0"),
     (["demo", "--cpus-per-worker", "0"], "--cpus-per-worker must be >= 1"),
-    (["compare"], "give exactly one of --sweep or --experiment"),
+    (["compare"], "give exactly one of two runs, --sweep or --experiment"),
+    (["compare", "only-one"], "give two runs to compare, got 1: only-one"),
+    (["compare", "a", "b", "--sweep", "s"], "give exactly one of two runs, --sweep or"),
     # no POS tagger (and no network): said before training, not by the worker after it
     (["train", "--data", "world", "--epochs", "1"], "the NLTK tagger"),
 ]

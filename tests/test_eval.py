@@ -12,6 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from xmr.cli import app
+from xmr.compare import paired_comparison
 from xmr.models import create_model, save_checkpoint
 
 runner = CliRunner()
@@ -103,6 +104,47 @@ def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
     assert loaded["metrics"] == pytest.approx(plain["metrics"])
     assert loaded["intervals"] == {} and plain["intervals"].keys() == plain["metrics"].keys()
     assert loaded["config"]["model.checkpoint"] == str(checkpoint)
+
+
+def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
+    tiny_world, tmp_path, local_ray
+) -> None:
+    """Two random-init models on the same test split: `xmr compare A B` prints each metric of
+    both and the paired difference, whose interval holds it; a run on another split has other
+    queries and is refused, as are an unknown run and an unknown metric."""
+    args = ["--dataset", "toyworld", "--data", str(tiny_world), "--metrics", "recall,bias"]
+    for name, seed, split in (("seed0", "0", "test"), ("seed1", "1", "test"), ("val", "0", "val")):
+        _eval([*args, *MODEL_ARGS, "--seed", seed, "--split", split, "--run-name", name], tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    shown = runner.invoke(app, ["compare", "seed0", "seed1", "--tracking-uri", uri])
+    assert shown.exit_code == 0, shown.output
+    assert "A = seed0, B = seed1 (test/ metrics)" in shown.output
+    assert "recall_t2i_at_10" in shown.output and "Downloading" not in shown.output
+
+    comparison = paired_comparison("seed0", "seed1", tracking_uri=uri)
+    mlflow.set_tracking_uri(uri)
+    listed = mlflow.search_runs(experiment_names=["xmr/eval/toyworld"], output_format="list")
+    runs = {run.info.run_name: run for run in listed}
+    frame = comparison.frame.set_index("metric")
+    assert set(frame.index) == {
+        f"test/{m}_at_{k}" for m in ("recall_i2t", "recall_t2i", "bias") for k in (1, 5, 10)
+    }
+    for metric, row in frame.iterrows():
+        assert row["first"] == pytest.approx(runs["seed0"].data.metrics[metric])
+        assert row["second"] == pytest.approx(runs["seed1"].data.metrics[metric])
+        assert row["difference"] == pytest.approx(row["second"] - row["first"])
+        assert row["ci_low"] <= row["difference"] <= row["ci_high"]
+        assert row["significant"] == (not row["ci_low"] <= 0 <= row["ci_high"])
+    only = paired_comparison("seed0", "seed1", ["test/bias_at_10"], tracking_uri=uri)
+    assert list(only.frame["metric"]) == ["test/bias_at_10"]
+
+    for refused, message in (
+        (["seed0", "val"], "the runs scored other i2t queries"),
+        (["seed0", "nobody"], "no run with the id or name 'nobody'"),
+        (["seed0", "seed1", "--metrics", "test/odmap_at_1"], "no per-query values of test/odmap"),
+    ):
+        result = runner.invoke(app, ["compare", *refused, "--tracking-uri", uri])
+        assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_bad_images_are_skipped_and_named(tiny_world, tmp_path, local_ray) -> None:

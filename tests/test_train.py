@@ -134,6 +134,8 @@ def test_xmr_train_from_the_data_folder_logs_to_mlflow_and_resumes(
         final = run.data.metrics[f"final/{key}"]
         low, high = (run.data.metrics[f"final/{key}_ci_{end}"] for end in ("low", "high"))
         assert low <= final <= high, key
+    # the final evaluation's per-query values, which `xmr compare RUN_A RUN_B` pairs
+    assert "per_query.parquet" in {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {d.dataset.name for d in run.inputs.dataset_inputs} == {"toyworld/train", "D′"}
     spec = ModelSpec.from_checkpoint(last)
     assert (spec.family, spec.arch) == ("clip", "xmr-tiny")

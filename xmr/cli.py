@@ -183,31 +183,60 @@ app.command("tune")(command(tune_command, TuneOptions, ClusterOptions))
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """``xmr compare``'s options: what to compare (one of a sweep or an experiment)."""
+    """``xmr compare``'s options: what to compare (two runs, a sweep or an experiment)."""
 
+    runs: list[str] | None = option(
+        None, "Two runs (ids or names): their metrics, paired difference and its interval.",
+        positional=True,
+    )  # fmt: skip
     sweep: str | None = option(None, "A sweep's name (xmr.sweep_id).")
     experiment: str | None = option(None, "An experiment, e.g. xmr/train/toyworld.")
     metrics: str | None = option(
         None, "Comma-separated metric names (default: the sweep's, or test/...@10)."
     )
     csv: Path | None = option(None, "Also write the table as CSV here.")
+    bootstrap: int = option(1000, "Two runs: bootstrap resamples of the paired queries.", ge=1)
+    confidence: float = option(0.95, "Two runs: coverage of the intervals.", gt=0, lt=1)
+    seed: int = option(0, "Two runs: the bootstrap's seed.", ge=0)
     tracking_uri: str | None = tracking_uri_option()
 
     def __post_init__(self) -> None:
-        if (self.sweep is None) == (self.experiment is None):
-            raise ValueError("give exactly one of --sweep or --experiment")
+        runs = list(self.runs or [])
+        if runs and len(runs) != 2:
+            raise ValueError(f"give two runs to compare, got {len(runs)}: {' '.join(runs)}")
+        if sum((bool(runs), self.sweep is not None, self.experiment is not None)) != 1:
+            raise ValueError("give exactly one of two runs, --sweep or --experiment")
         resolve_paths(self)
 
 
 def compare_command(options: CompareOptions) -> None:
-    """Compare runs in the terminal: a sweep's trials, or an experiment's runs."""
+    """Compare runs in the terminal: two runs query by query (paired bootstrap), a sweep's
+    trials, or an experiment's runs."""
     from rich.console import Console
 
-    from xmr.compare import comparison_frame, comparison_table, experiment_runs, sweep_runs
+    from xmr.compare import (
+        comparison_frame,
+        comparison_table,
+        experiment_runs,
+        paired_comparison,
+        paired_table,
+        sweep_runs,
+    )
 
     chosen = [m.strip() for m in (options.metrics or "").split(",") if m.strip()]
     uri = options.tracking_uri
     with user_errors():
+        if options.runs:
+            first, second = options.runs
+            paired = paired_comparison(
+                first, second, chosen, tracking_uri=uri, resamples=options.bootstrap,
+                confidence=options.confidence, seed=options.seed,
+            )  # fmt: skip
+            Console().print(paired_table(paired))
+            if options.csv:
+                paired.frame.to_csv(options.csv, index=False)
+                typer.echo(f"wrote {options.csv}")
+            return
         if options.sweep is not None:
             runs, sweep_metrics = sweep_runs(options.sweep, tracking_uri=uri)
             frame = comparison_frame(runs, chosen or sweep_metrics)

@@ -1,16 +1,27 @@
-"""``xmr compare``: the runs of a sweep or an experiment side by side, from the tracking store.
+"""``xmr compare``: runs side by side, from the tracking store.
 
-The terminal version of what the MLflow UI shows: one row per run (its name, status and the
-params that differ between the runs), one column per metric (the latest value of each).
+- a sweep's trials or an experiment's runs: the terminal version of what the MLflow UI shows,
+  one row per run (its name, status and the params that differ between the runs), one column
+  per metric (the latest value of each);
+- two runs (:func:`paired_comparison`): each metric of both, and the difference with a paired
+  bootstrap interval over the queries both scored, read from their ``per_query.parquet``
+  (:mod:`xmr.eval.per_query`). Runs of different test sets are refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+from rich.markup import escape
 from rich.table import Table
 
+from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, paired_differences, read_per_query
 from xmr.metrics.direction import find_direction
 from xmr.tracking import (
     PARENT_TAG,
@@ -138,4 +149,180 @@ def comparison_table(frame: pd.DataFrame, title: str) -> Table:
             else:
                 cells.append(str(value))
         table.add_row(*cells)
+    return table
+
+
+@dataclass
+class PairedComparison:
+    """Two runs' metrics on the same queries and their paired differences.
+
+    ``frame``: one row per metric: ``metric``, ``first``, ``second`` (the runs' values),
+    ``difference`` (second − first), ``ci_low``, ``ci_high`` (its paired bootstrap interval)
+    and ``significant`` (the interval excludes 0).
+    """
+
+    first: tuple[str, str]  # (run id, run name)
+    second: tuple[str, str]
+    frame: pd.DataFrame
+    confidence: float
+    resamples: int
+
+
+def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
+    """``(run id, run name)`` of a run given by its id or its name (in any experiment).
+
+    Raises LookupError when no run, or more than one, answers to ``reference``.
+    """
+    frame = runs_frame(tracking_uri=tracking_uri)
+    if frame.empty:
+        raise LookupError(f"no runs in {tracking_uri}")
+    names = frame.get("tags.mlflow.runName", pd.Series([""] * len(frame), index=frame.index))
+    by_id = frame[frame["run_id"] == reference]
+    found = by_id if not by_id.empty else frame[names == reference]
+    if found.empty:
+        raise LookupError(f"no run with the id or name {reference!r} in {tracking_uri}")
+    if len(found) > 1:
+        ids = ", ".join(found["run_id"])
+        raise LookupError(f"{len(found)} runs are named {reference!r} ({ids}): give a run id")
+    row = found.iloc[0]
+    return str(row["run_id"]), str(names.loc[found.index[0]] or row["run_id"])
+
+
+def run_per_query(run_id: str, *, tracking_uri: str) -> dict[str, QueryValues]:
+    """The per-query values a run logged (its ``per_query.parquet`` artifact).
+
+    Raises LookupError when the run has none (an evaluation from before per-query values were
+    logged, or a run that never reached its evaluation).
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}  # no bar per file on the terminal
+    with tempfile.TemporaryDirectory() as tmp, _environment(quiet):
+        try:
+            path = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=PER_QUERY_FILE, dst_path=tmp,
+                tracking_uri=tracking_uri,
+            )  # fmt: skip
+        except (MlflowException, OSError) as exc:
+            raise LookupError(
+                f"run {run_id} has no {PER_QUERY_FILE} artifact (it was evaluated before "
+                "per-query values were logged, or did not finish): evaluate it again"
+            ) from exc
+        return read_per_query(Path(path))
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set inside the block, as it was after."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def paired_comparison(
+    first: str,
+    second: str,
+    metrics: Sequence[str] = (),
+    *,
+    tracking_uri: str | None = None,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> PairedComparison:
+    """``second`` against ``first`` (run ids or names), metric by metric, with paired bootstrap
+    intervals over the queries both scored (:func:`xmr.eval.per_query.paired_differences`).
+
+    ``metrics``: the names to keep (default: every metric both runs have per-query values of).
+    Raises LookupError (a run, its values or a metric not found) or ValueError (the runs scored
+    different queries).
+    """
+    uri = resolve_tracking_uri(tracking_uri)
+    runs = [resolve_run(reference, tracking_uri=uri) for reference in (first, second)]
+    values = [run_per_query(run_id, tracking_uri=uri) for run_id, _ in runs]
+    if metrics:
+        known = {m for sets in values for query_set in sets.values() for m in query_set.values}
+        unknown = [m for m in metrics if m not in known]
+        if unknown:
+            raise LookupError(
+                f"no per-query values of {', '.join(unknown)}; the runs have: "
+                f"{', '.join(sorted(known))}"
+            )
+        values = [
+            {
+                name: QueryValues(s.keys, {m: v for m, v in s.values.items() if m in metrics})
+                for name, s in sets.items()
+            }
+            for sets in values
+        ]
+    intervals = paired_differences(
+        values[0], values[1], resamples=resamples, confidence=confidence, seed=seed
+    )
+    means = [
+        {m: float(v.mean()) for s in sets.values() for m, v in s.values.items()} for sets in values
+    ]
+    frame = pd.DataFrame(
+        [
+            {
+                "metric": name,
+                "first": means[0][name],
+                "second": means[1][name],
+                "difference": interval.value,
+                "ci_low": interval.low,
+                "ci_high": interval.high,
+                "significant": interval.excludes(0.0),
+            }
+            for name, interval in intervals.items()
+        ],
+        columns=["metric", "first", "second", "difference", "ci_low", "ci_high", "significant"],
+    )
+    return PairedComparison(runs[0], runs[1], frame, confidence, resamples)
+
+
+def verdict(metric: str, first: float, second: float, significant: bool) -> str:
+    """Which run is better on ``metric`` by its declared direction (``B better``, ``A nearer
+    0`` for a signed metric, ``B higher`` for one without a direction), or ``≈`` when the
+    interval holds 0."""
+    if not significant:
+        return "≈"
+    direction = find_direction(metric)
+    if direction is None:
+        return "B higher" if second > first else "A higher"
+    if direction.signed:
+        return "B nearer 0" if abs(second) < abs(first) else "A nearer 0"
+    return "B better" if direction.better(second, first) else "A better"
+
+
+def paired_table(comparison: PairedComparison) -> Table:
+    """A rich table of a :class:`PairedComparison`: each metric's two values, the difference
+    B − A with its interval (bold: the interval excludes 0) and the verdict."""
+    (_, name_a), (_, name_b) = comparison.first, comparison.second
+    level = f"{comparison.confidence:.0%}"
+    headers, prefix = _headers(list(comparison.frame["metric"]))
+    table = Table(
+        title=f"A = {name_a}, B = {name_b}{f' ({prefix} metrics)' if prefix else ''}",
+        caption=f"paired over the same queries: {level} bootstrap intervals of B − A "
+        f"({comparison.resamples} resamples); ≈: the interval holds 0",
+    )
+    for header in ("metric", "A", "B", "B − A", f"{level} interval", "verdict"):
+        table.add_column(header, justify="left" if header in ("metric", "verdict") else "right")
+    for header, row in zip(headers, comparison.frame.itertuples(index=False), strict=True):
+        direction = find_direction(row.metric)
+        fmt = "{:+.3f}" if direction is not None and direction.signed else "{:.3f}"
+        style = "bold" if row.significant else ""
+        table.add_row(
+            header,
+            fmt.format(row.first),
+            fmt.format(row.second),
+            f"[{style}]{row.difference:+.3f}[/{style}]" if style else f"{row.difference:+.3f}",
+            escape(f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]"),
+            verdict(row.metric, row.first, row.second, row.significant),
+        )
     return table

@@ -56,6 +56,7 @@ class OptionSpec:
         flag: the flag's name without ``--`` (default: the field's, ``_`` as ``-``).
         ge, gt, le, lt: bounds on the value (None: unbounded); unset (None) values pass.
         cli_type: the type the flag parses to when it is not the field's (``"all"`` or N).
+        positional: a command-line argument (``xmr compare RUN_A RUN_B``), not a flag.
     """
 
     help: str
@@ -65,6 +66,7 @@ class OptionSpec:
     le: float | None = None
     lt: float | None = None
     cli_type: Any = None
+    positional: bool = False
 
 
 def option(
@@ -77,9 +79,11 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     cli_type: Any = None,
+    positional: bool = False,
 ) -> Any:
-    """A dataclass field that is a command-line option (no ``default``: a required one)."""
-    spec = OptionSpec(help, flag, ge, gt, le, lt, cli_type)
+    """A dataclass field that is a command-line option (no ``default``: a required one);
+    ``positional``: an argument rather than a flag."""
+    spec = OptionSpec(help, flag, ge, gt, le, lt, cli_type, positional)
     return field(default=default, metadata={OPTION: spec})
 
 
@@ -286,7 +290,11 @@ def _parameter(item: Field, annotation: Any, *, unset: bool) -> inspect.Paramete
             shown = (f"--{name}" if item.default else f"--no-{name}") if is_bool else item.default
             text = f"{text} (default: {shown})"
         kind, default = kind | None, None
-    info = typer.Option(*declarations, help=text, show_default=not unset)
+    info = (
+        typer.Argument(help=text, show_default=False, metavar=name.upper().replace("-", "_"))
+        if spec.positional
+        else typer.Option(*declarations, help=text, show_default=not unset)
+    )
     return inspect.Parameter(
         _parameter_name(item),
         inspect.Parameter.KEYWORD_ONLY,

@@ -15,6 +15,7 @@ from rich.table import Table
 from xmr.data.errors import DataError
 from xmr.eval.benchmark import BenchmarkResult
 from xmr.eval.config import EvalConfig
+from xmr.eval.per_query import PER_QUERY_FILE, write_per_query
 from xmr.eval.score import EvalResult, RetrievalExample
 from xmr.metrics import metric_direction
 from xmr.storage import StoragePath
@@ -145,8 +146,9 @@ def log_result(
     run: TrackedRun, result: EvalResult, config: EvalConfig, *, examples: bool = True
 ) -> None:
     """Log an evaluation into ``run``: params, metrics and their intervals (``..._ci_low``,
-    ``..._ci_high``), counts and timings, the metrics JSON, CLIP-clip's dimensions
-    (``clip_dims.json``) and the ODmAP example grid."""
+    ``..._ci_high``), counts and timings, the metrics JSON, the per-query values
+    (``per_query.parquet``), CLIP-clip's dimensions (``clip_dims.json``) and the ODmAP example
+    grid."""
     run.log_params(result.params(config))
     run.log_metrics(result.metrics)
     run.log_metrics(result.interval_metrics())
@@ -155,6 +157,8 @@ def log_result(
     with tempfile.TemporaryDirectory() as tmp:
         write_json(result, config, Path(tmp) / "metrics.json")
         run.log_artifact(Path(tmp) / "metrics.json")
+        if result.per_query:  # what xmr compare RUN_A RUN_B pairs
+            run.log_artifact(write_per_query(result.per_query, Path(tmp) / PER_QUERY_FILE))
         if result.clip is not None:
             clip_file = Path(tmp) / "clip_dims.json"
             clip_file.write_text(json.dumps(result.clip.to_json(), indent=2) + "\n")

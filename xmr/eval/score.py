@@ -9,10 +9,10 @@ embeddings of an :class:`~xmr.eval.encode.EncodedSplit` (after CLIP-clip when ``
   a sample of them with their top captions for the example grid;
 - :func:`bias_scores`: Bias@K of the gender-neutral caption queries over the split's images.
 
-Each group also keeps its metrics' per-query values (a query's hit, AP@k or Δ_K), one set per
-query set (i2t images, t2i captions, ODmAP queries, Bias@K captions): :func:`score` turns each
-set into seeded percentile bootstrap intervals (:func:`~xmr.metrics.mean_intervals`,
-``config.bootstrap`` resamples at ``config.confidence``), and a paired comparison of two
+Each group also keeps its metrics' per-query values (a query's hit, AP@k or Δ_K) by query set
+(:class:`~xmr.eval.per_query.QueryValues`: i2t images, t2i captions, ODmAP queries, Bias@K
+captions): :func:`score` turns each set into seeded percentile bootstrap intervals
+(``config.bootstrap`` resamples at ``config.confidence``), and a paired comparison of two
 evaluations resamples their differences (``xmr compare``).
 
 :func:`evaluate` is :func:`~xmr.eval.encode.encode` followed by :func:`score`.
@@ -33,12 +33,12 @@ from xmr.data.images import load_image
 from xmr.eval.clip import ClippedDims, clipped_split
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import EncodedSplit, encode
+from xmr.eval.per_query import QueryValues, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
     Interval,
     Ranking,
     bias_deltas,
-    mean_intervals,
     odmap_per_query,
     odmap_relevance,
     recall_hits,
@@ -65,8 +65,8 @@ class EvalResult:
     """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation.
 
     ``intervals``: each metric's bootstrap interval (none when ``config.bootstrap`` is 0);
-    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``) -> metric name -> float64
-    ``[Q]`` per-query values, whose means are the metrics.
+    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``) -> its queries and their
+    per-query values, whose means are the metrics.
     """
 
     metrics: dict[str, float]
@@ -77,7 +77,7 @@ class EvalResult:
     examples: list[RetrievalExample] = field(default_factory=list)
     clip: ClippedDims | None = None
     intervals: dict[str, Interval] = field(default_factory=dict)
-    per_query: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    per_query: dict[str, QueryValues] = field(default_factory=dict)
 
     def params(self, config: EvalConfig) -> dict[str, str]:
         """``config.params()`` with the data root that was evaluated."""
@@ -135,7 +135,7 @@ class GroupScores:
     :class:`EvalResult`), counts and timings (seconds)."""
 
     metrics: dict[str, float] = field(default_factory=dict)
-    per_query: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    per_query: dict[str, QueryValues] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     examples: list[RetrievalExample] = field(default_factory=list)
@@ -163,7 +163,7 @@ def score(
     counts = {"images": int(ok_images.sum()), "captions": len(encoded.retrieval.captions)}
     timings = dict(encoded.timings)
     examples: list[RetrievalExample] = []
-    per_query: dict[str, dict[str, np.ndarray]] = {}
+    per_query: dict[str, QueryValues] = {}
     groups = []
     if "recall" in config.metrics:
         groups.append(recall_scores(inputs, model))
@@ -180,7 +180,9 @@ def score(
     if clipped:
         counts["clip_m"] = config.clip_m
         counts["mi_images"] = clipped.mi_images
-    intervals = query_intervals(per_query, config)
+    intervals = intervals_of(
+        per_query, resamples=config.bootstrap, confidence=config.confidence, seed=config.seed
+    )
     timings["metrics_s"] = time.perf_counter() - start
     timings["total_s"] = encoded.timings["total_s"] + timings["metrics_s"]
     counts["skipped"] = len(encoded.issues)
@@ -188,28 +190,6 @@ def score(
         metrics, counts, list(encoded.issues), timings, encoded.root, examples, clipped,
         intervals, per_query,
     )  # fmt: skip
-
-
-def query_intervals(
-    per_query: dict[str, dict[str, np.ndarray]], config: EvalConfig
-) -> dict[str, Interval]:
-    """Each metric's bootstrap interval, the metrics of one query set resampled together
-    (``config.bootstrap`` resamples, ``config.confidence``, seeded by ``config.seed``); none
-    when ``config.bootstrap`` is 0 or a set has no queries."""
-    intervals: dict[str, Interval] = {}
-    if not config.bootstrap:
-        return intervals
-    for values in per_query.values():
-        if values and len(next(iter(values.values()))):
-            intervals.update(
-                mean_intervals(
-                    values,
-                    resamples=config.bootstrap,
-                    confidence=config.confidence,
-                    seed=config.seed,
-                )
-            )
-    return intervals
 
 
 def evaluate(
@@ -253,16 +233,24 @@ def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) ->
         )
         scores.timings["rerank_s"] = time.perf_counter() - t0
         scores.counts["rerank_k"] = rerank_k
-    for direction, ranking, positives in (
-        ("i2t", i2t_ranking, positives_i2t),
-        ("t2i", t2i_ranking, positives_t2i),
+    image_ids = [str(record.image_id) for record in inputs.encoded.records]
+    first = {o: c for c, o in reversed(list(enumerate(owner.tolist())))}  # image -> 1st caption
+    caption_keys = [f"{image_ids[o]}#{c - first[o]}" for c, o in enumerate(owner.tolist())]
+    for direction, ranking, positives, keys in (
+        ("i2t", i2t_ranking, positives_i2t, [image_ids[i] for i in np.flatnonzero(ok_images)]),
+        (
+            "t2i",
+            t2i_ranking,
+            positives_t2i,
+            [k for k, ok in zip(caption_keys, keep, strict=True) if ok],
+        ),
     ):
         hits = recall_hits(ranking, positives, config.ks)
         values = {
             f"{inputs.prefix}recall_{direction}_at_{k}": hits[k].astype(np.float64)
             for k in config.ks
         }
-        scores.per_query[direction] = values
+        scores.per_query[direction] = QueryValues(keys, values)
         scores.metrics.update({name: float(v.mean()) for name, v in values.items()})
     return scores
 
@@ -300,9 +288,10 @@ def odmap_scores(inputs: ScoringInputs, odmap: ODmAPSet) -> GroupScores:
     present = [odmap.present[i] for i in idx]
     ap = odmap_per_query(ranking, odmap.gallery_mentions, removed, present, config.ks)
     values = {f"{inputs.prefix}odmap_at_{k}": ap[k] for k in config.ks}
+    keys = [_query_key(odmap.queries[i]) for i in idx]
     return GroupScores(
         metrics={name: float(v.mean()) for name, v in values.items()},
-        per_query={"odmap": values},
+        per_query={"odmap": QueryValues(keys, values)},
         counts={"odmap_queries": len(idx), "odmap_gallery": len(odmap.gallery)},
         examples=_examples(odmap, ranking, idx, config.seed),
     )
@@ -318,14 +307,21 @@ def bias_scores(inputs: ScoringInputs) -> GroupScores:
     ranking = topk_similarity(queries, inputs.split_images, max(config.ks))
     deltas = bias_deltas(ranking, genders, config.ks)
     values = {f"{inputs.prefix}bias_at_{k}": deltas[k] for k in config.ks}
+    keys = [f"{n}:{text}" for n, text in enumerate(encoded.bias_texts)]
     return GroupScores(
         metrics={name: float(v.mean()) for name, v in values.items()},
-        per_query={"bias": values},
+        per_query={"bias": QueryValues(keys, values)},
         counts={
             "bias_queries": len(encoded.bias_texts),
             **{f"images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
         },
     )
+
+
+def _query_key(query: ImageQuery) -> str:
+    """An ODmAP query's identity: its file's name and the boxes inpainted away, if any."""
+    boxes = ";".join(",".join(f"{v:g}" for v in box) for box in query.inpaint_boxes)
+    return f"{Path(str(query.path)).name}{f'|{boxes}' if boxes else ''}"
 
 
 def _rerank_depth(config: EvalConfig) -> int:

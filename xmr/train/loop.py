@@ -33,6 +33,7 @@ from xmr.data.fashiongen import read_product_ids
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.eval.benchmark import run_benchmark
 from xmr.eval.config import EvalConfig
+from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
 from xmr.metrics import summed_recall
@@ -72,9 +73,10 @@ def run_eval(
     split: str,
     metrics: tuple,
     products: bool,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, QueryValues]]:
     """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics, with
-    their bootstrap intervals (``..._ci_low``, ``..._ci_high``).
+    their bootstrap intervals (``..._ci_low``, ``..._ci_high``), and the per-query values they
+    are means of (none for the product protocols).
 
     Data with product entities (``products``: Fashion-Gen, the ToyWorld shop) is evaluated with
     the EI-CLIP paper's product protocols (full candidate set and same-sub-category "sample
@@ -85,7 +87,7 @@ def run_eval(
         product_ids = read_product_ids(data_root, split) if config.dataset == "fashiongen" else None
         return product_retrieval(
             model, records, split=split, product_ids=product_ids, ks=config.ks, seed=config.seed
-        ).metrics
+        ).metrics, {}
     eval_config = EvalConfig(
         model=config.model,
         dataset=config.dataset,
@@ -96,7 +98,7 @@ def run_eval(
         seed=config.seed,
     )
     result = evaluate(eval_config, model=model)
-    return {**result.metrics, **result.interval_metrics()}
+    return {**result.metrics, **result.interval_metrics()}, result.per_query
 
 
 def run_binding(
@@ -234,24 +236,19 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             if pairs[0] > 0:
                 metrics["train/pairs_together"] = float(pairs[1] / pairs[0])
         last = epoch + 1 == config.epochs
+        per_query: dict[str, QueryValues] = {}  # the final test evaluation's, for xmr compare
         if rank == 0:
             if config.eval_every and (epoch + 1) % config.eval_every == 0:
-                metrics.update(
-                    run_eval(
-                        model, config, data_root, config.eval_split, ("recall", "bias"), products
-                    )
+                scores, _ = run_eval(
+                    model, config, data_root, config.eval_split, ("recall", "bias"), products
                 )
+                metrics.update(scores)
             if last:
-                metrics.update(
-                    run_eval(
-                        model,
-                        config,
-                        data_root,
-                        config.test_split,
-                        ("recall", "odmap", "bias"),
-                        products,
-                    )
-                )
+                scores, per_query = run_eval(
+                    model, config, data_root, config.test_split, ("recall", "odmap", "bias"),
+                    products,
+                )  # fmt: skip
+                metrics.update(scores)
                 if config.dataset == "toyworld" and (data_root / BINDING_ITEMS).is_file():
                     metrics.update(run_binding(model, config, data_root))
             score = selection_score(metrics, config.eval_split)
@@ -272,6 +269,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             checkpoint = None
             if rank == 0:
                 _save(Path(scratch), model, _unwrap(objective), state)
+                if per_query:
+                    write_per_query(per_query, Path(scratch) / PER_QUERY_FILE)
                 checkpoint = ray.train.Checkpoint.from_directory(scratch)
             ray.train.report(
                 metrics, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{epoch + 1:04d}"

@@ -24,17 +24,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs
 import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
 from xmr.data import read_dataset
 from xmr.data.default_world import default_toyworld
+from xmr.eval.per_query import PER_QUERY_FILE
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal
@@ -100,6 +103,20 @@ class MlflowReporter(ray.train.UserCallback):
             if values.get("improved"):
                 targets.append(self.run_dir / "best.pt")
             _export(checkpoint, targets)
+            _log_per_query(checkpoint, self.run)
+
+
+def _log_per_query(checkpoint: ray.train.Checkpoint, run: TrackedRun) -> None:
+    """Log the final evaluation's per-query values (in the last epoch's checkpoint) as the
+    run's ``per_query.parquet``, which ``xmr compare RUN_A RUN_B`` pairs; no file, nothing."""
+    source = f"{checkpoint.path}/{PER_QUERY_FILE}"
+    if checkpoint.filesystem.get_file_info(source).type == pyarrow.fs.FileType.NotFound:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / PER_QUERY_FILE
+        with checkpoint.filesystem.open_input_stream(source) as stream:
+            local.write_bytes(stream.read())
+        run.log_artifact(local)
 
 
 def _export(checkpoint: ray.train.Checkpoint, targets: list[StoragePath]) -> None:

@@ -1,0 +1,74 @@
+"""Per-query values of an evaluation (xmr.eval.per_query): the parquet round trip, intervals by
+query set, and the paired difference that refuses runs of other queries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from xmr.eval.per_query import (
+    QueryValues,
+    intervals_of,
+    paired_differences,
+    read_per_query,
+    write_per_query,
+)
+
+
+def _sets(shift: float = 0.0) -> dict[str, QueryValues]:
+    rng = np.random.default_rng(0)
+    hits = (rng.random(300) < 0.4).astype(np.float64)
+    return {
+        "i2t": QueryValues(
+            [f"{n}" for n in range(300)],
+            {"test/recall_i2t_at_1": hits, "test/recall_i2t_at_5": np.maximum(hits, shift > 0)},
+        ),
+        "bias": QueryValues(
+            [f"{n}:a person" for n in range(50)],
+            {"test/bias_at_10": np.clip(rng.normal(0.1, 0.3, 50) - shift, -1, 1)},
+        ),
+    }
+
+
+def test_per_query_values_round_trip_through_parquet(tmp_path) -> None:
+    sets = _sets()
+    back = read_per_query(write_per_query(sets, tmp_path / "per_query.parquet"))
+    assert list(back) == ["i2t", "bias"]
+    for name, values in sets.items():
+        assert back[name].keys == values.keys and back[name].values.keys() == values.values.keys()
+        for metric, column in values.values.items():
+            assert np.array_equal(back[name].values[metric], column)
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "other.parquet")
+    with pytest.raises(ValueError, match=r"other\.parquet: not a per-query table"):
+        read_per_query(tmp_path / "other.parquet")
+    with pytest.raises(ValueError, match="2 values for 3 queries"):
+        QueryValues(["a", "b", "c"], {"m": np.zeros(2)})
+
+
+def test_intervals_come_per_query_set_and_hold_each_metric() -> None:
+    sets = _sets()
+    intervals = intervals_of(sets, resamples=500, confidence=0.9, seed=0)
+    assert list(intervals) == ["test/recall_i2t_at_1", "test/recall_i2t_at_5", "test/bias_at_10"]
+    for values in sets.values():
+        for metric, column in values.values.items():
+            interval = intervals[metric]
+            assert interval.value == column.mean() and interval.low < interval.value < interval.high
+    assert intervals_of(sets, resamples=0, confidence=0.9, seed=0) == {}
+    assert intervals_of({"i2t": QueryValues([], {})}, resamples=10, confidence=0.9, seed=0) == {}
+
+
+def test_a_paired_difference_needs_the_same_queries() -> None:
+    first, second = _sets(), _sets(shift=0.05)
+    differences = paired_differences(first, second, resamples=500, confidence=0.95, seed=0)
+    assert differences["test/recall_i2t_at_1"].value == 0.0
+    assert differences["test/bias_at_10"].value == pytest.approx(-0.05, abs=0.02)
+    assert differences["test/bias_at_10"].excludes(0.0)  # the same shift on every query
+    assert differences["test/recall_i2t_at_5"].value > 0
+    other = _sets()
+    other["bias"] = QueryValues(
+        ["0:a person", "1:someone"], {"test/bias_at_10": np.zeros(2)}
+    )  # another test set
+    with pytest.raises(ValueError, match=r"other bias queries \(50 vs 2; query 1 is"):
+        paired_differences(first, other, resamples=10, confidence=0.95, seed=0)

@@ -1,0 +1,147 @@
+"""Per-query metric values of an evaluation: what its intervals resample and what a paired
+comparison of two evaluations needs.
+
+An evaluation's metrics are means over query sets: ``i2t`` (the split's images), ``t2i`` (its
+captions), ``odmap`` (the object-removed queries) and ``bias`` (the gender-neutral captions).
+:class:`QueryValues` holds one set's queries (a key that names each, so that two runs can be
+checked to have scored the same queries) and each metric's ``[Q]`` values. They are written as
+``per_query.parquet`` (MLflow artifact of every evaluation and training run), one row per
+(query set, query, metric): columns ``query_set``, ``query``, ``metric``, ``value``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xmr.metrics import Interval, mean_intervals, paired_intervals
+
+PER_QUERY_FILE = "per_query.parquet"
+SCHEMA = pa.schema(
+    [
+        ("query_set", pa.string()),
+        ("query", pa.string()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+
+
+@dataclass
+class QueryValues:
+    """One query set: ``keys`` ``[Q]`` (each query's identity, e.g. ``"1234"`` for an image id,
+    ``"1234#2"`` for that image's third caption) and metric name -> float64 ``[Q]`` values."""
+
+    keys: list[str]
+    values: dict[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        for name, column in self.values.items():
+            if len(column) != len(self.keys):
+                raise ValueError(f"{name}: {len(column)} values for {len(self.keys)} queries")
+
+
+def intervals_of(
+    sets: Mapping[str, QueryValues], *, resamples: int, confidence: float, seed: int
+) -> dict[str, Interval]:
+    """Each metric's bootstrap interval, a set's metrics resampled together; none for a set
+    without queries or when ``resamples`` is 0."""
+    intervals: dict[str, Interval] = {}
+    if not resamples:
+        return intervals
+    for values in sets.values():
+        if values.keys and values.values:
+            intervals.update(
+                mean_intervals(values.values, resamples=resamples, confidence=confidence, seed=seed)
+            )
+    return intervals
+
+
+def paired_differences(
+    first: Mapping[str, QueryValues],
+    second: Mapping[str, QueryValues],
+    *,
+    resamples: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Interval]:
+    """``second − first`` of every metric both have (in ``first``'s order), with a paired
+    bootstrap interval over the queries they share by construction.
+
+    Raises:
+        ValueError: a query set of both that holds other queries (another split or dataset,
+            images that failed to encode in one run only), naming the set and the first query
+            that differs.
+    """
+    out: dict[str, Interval] = {}
+    for name in [name for name in first if name in second]:
+        a, b = first[name], second[name]
+        if a.keys != b.keys:
+            n = next(
+                (i for i, (x, y) in enumerate(zip(a.keys, b.keys, strict=False)) if x != y),
+                min(len(a.keys), len(b.keys)),
+            )
+            left = a.keys[n] if n < len(a.keys) else "(none)"
+            right = b.keys[n] if n < len(b.keys) else "(none)"
+            raise ValueError(
+                f"the runs scored other {name} queries ({len(a.keys)} vs {len(b.keys)}; "
+                f"query {n} is {left!r} vs {right!r}): a paired comparison needs the same test set"
+            )
+        if a.keys:
+            out.update(
+                paired_intervals(
+                    a.values, b.values, resamples=resamples, confidence=confidence, seed=seed
+                )
+            )
+    return out
+
+
+def to_table(sets: Mapping[str, QueryValues]) -> pa.Table:
+    """The long table of :data:`SCHEMA`: a row per (query set, query, metric)."""
+    columns: dict[str, list] = {name: [] for name in SCHEMA.names}
+    for query_set, values in sets.items():
+        for metric, column in values.values.items():
+            columns["query_set"] += [query_set] * len(values.keys)
+            columns["query"] += values.keys
+            columns["metric"] += [metric] * len(values.keys)
+            columns["value"].append(np.asarray(column, np.float64))
+    columns["value"] = np.concatenate(columns["value"]) if columns["value"] else []
+    return pa.table(columns, schema=SCHEMA)
+
+
+def from_table(table: pa.Table) -> dict[str, QueryValues]:
+    """The query sets of a :func:`to_table` table (query order kept)."""
+    sets: dict[str, QueryValues] = {}
+    frame = table.select(SCHEMA.names).to_pydict()
+    rows: dict[tuple[str, str], tuple[list[str], list[float]]] = {}
+    for query_set, query, metric, value in zip(*frame.values(), strict=True):
+        keys, values = rows.setdefault((query_set, metric), ([], []))
+        keys.append(query)
+        values.append(value)
+    for (query_set, metric), (keys, values) in rows.items():
+        found = sets.setdefault(query_set, QueryValues(keys, {}))
+        if found.keys != keys:
+            raise ValueError(f"{query_set}: {metric} has other queries than the set's first metric")
+        found.values[metric] = np.array(values, np.float64)
+    return sets
+
+
+def write_per_query(sets: Mapping[str, QueryValues], path: Path) -> Path:
+    """Write :func:`to_table` of ``sets`` to ``path`` (parquet); returns ``path``."""
+    pq.write_table(to_table(sets), path)
+    return path
+
+
+def read_per_query(path: Path) -> dict[str, QueryValues]:
+    """The query sets written by :func:`write_per_query`. ``ValueError`` names a file that is
+    not such a table."""
+    table = pq.read_table(path)
+    missing = set(SCHEMA.names) - set(table.column_names)
+    if missing:
+        raise ValueError(f"{path}: not a per-query table (no {', '.join(sorted(missing))} column)")
+    return from_table(table)
