@@ -233,17 +233,15 @@ def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) ->
         )
         scores.timings["rerank_s"] = time.perf_counter() - t0
         scores.counts["rerank_k"] = rerank_k
-    image_ids = [str(record.image_id) for record in inputs.encoded.records]
+    # the queries' identities: an image's id, a caption's image id and place among its captions
+    image_ids = [str(record.image_id) for record in retrieval.images]
     first = {o: c for c, o in reversed(list(enumerate(owner.tolist())))}  # image -> 1st caption
     caption_keys = [f"{image_ids[o]}#{c - first[o]}" for c, o in enumerate(owner.tolist())]
+    i2t_keys = [image_ids[i] for i in np.flatnonzero(ok_images)]
+    t2i_keys = [caption_keys[c] for c in np.flatnonzero(keep)]
     for direction, ranking, positives, keys in (
-        ("i2t", i2t_ranking, positives_i2t, [image_ids[i] for i in np.flatnonzero(ok_images)]),
-        (
-            "t2i",
-            t2i_ranking,
-            positives_t2i,
-            [k for k, ok in zip(caption_keys, keep, strict=True) if ok],
-        ),
+        ("i2t", i2t_ranking, positives_i2t, i2t_keys),
+        ("t2i", t2i_ranking, positives_t2i, t2i_keys),
     ):
         hits = recall_hits(ranking, positives, config.ks)
         values = {
