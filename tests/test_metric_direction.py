@@ -160,6 +160,8 @@ def test_the_best_checkpoint_is_chosen_by_the_summed_recall_in_percent() -> None
         "val/recall_t2i_at_1": 0.2,
         "val/recall_i2t_at_5": 0.4,
         "val/recall_t2i_at_5": 0.5,
+        "val/recall_t2i_at_5_ci_low": 0.45,  # an interval's ends are not recalls
+        "val/recall_t2i_at_5_ci_high": 0.55,
         "val/bias_at_5": 0.9,
         "test/recall_i2t_at_1": 0.7,
         "train/loss": 3.0,

@@ -230,3 +230,24 @@ def test_each_family_trains_and_evaluates(local_ray, small_toyworld, tmp_path, f
     ).metrics
     for key in ("test/recall_t2i_at_1", "test/recall_i2t_at_5", "test/odmap_at_1"):
         assert evaluated[key] == pytest.approx(result.metrics[key]), key
+
+
+def test_the_summary_shows_each_final_metric_with_its_interval(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from xmr.train.report import print_summary
+    from xmr.train.run import TrainResult
+
+    metrics = {
+        "test/recall_t2i_at_1": 0.25, "test/recall_t2i_at_1_ci_low": 0.2,
+        "test/recall_t2i_at_1_ci_high": 0.3, "test/bias_at_1": 0.1, "test/binding/swap_acc": 0.5,
+    }  # fmt: skip
+    data = SimpleNamespace(original=100, synthetic=0)
+    result = TrainResult(metrics, tmp_path, tmp_path / "last.pt", None, "run-id", data, "exp")
+    console = Console(record=True, width=120)
+    print_summary(result, _config(tmp_path, tmp_path, epochs=1), console)
+    text = console.export_text()
+    assert "0.250 [0.200, 0.300]" in text and "recall_t2i_at_1_ci" not in text
+    assert "0.100" in text and "binding/swap_acc" in text and "bootstrap intervals" in text

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import tempfile
 import time
 from collections import defaultdict
@@ -61,8 +62,10 @@ def seed_everything(seed: int) -> None:
 
 def selection_score(metrics: dict[str, float], split: str) -> float | None:
     """Model selection: the split's summed recall (RSUM, :func:`xmr.metrics.summed_recall`, in
-    percentage points) over its ``{split}/recall_*`` metrics; ``None`` if none was measured."""
-    recalls = {k: v for k, v in metrics.items() if k.startswith(f"{split}/recall_")}
+    percentage points) over its ``{split}/recall_{i2t,t2i}_at_K`` metrics (not their intervals'
+    ends); ``None`` if none was measured."""
+    recall = re.compile(rf"{re.escape(split)}/recall_(i2t|t2i)_at_\d+")
+    recalls = {k: v for k, v in metrics.items() if recall.fullmatch(k)}
     return summed_recall([recalls]) if recalls else None
 
 
