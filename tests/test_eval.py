@@ -66,7 +66,7 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     assert counts["odmap_gallery"] == (60 + 10 + 40) * 5  # every caption of every split
     assert counts["skipped"] == 0
     assert "ODmAP" in output and "Recall i2t" in output
-    assert "95% bootstrap intervals over the queries (1000 resamples)" in output
+    assert "[low, high]: 95% bootstrap intervals over the queries (1000 resamples)" in output
     intervals = report["intervals"]
     assert intervals.keys() == metrics.keys()
     for name, interval in intervals.items():  # 40 images, 200 captions: wide, but around it

@@ -255,4 +255,4 @@ def test_the_summary_shows_each_final_metric_with_its_interval(tmp_path) -> None
     print_summary(result, _config(tmp_path, tmp_path, epochs=1), console)
     text = console.export_text()
     assert "0.250 [0.200, 0.300]" in text and "recall_t2i_at_1_ci" not in text
-    assert "0.100" in text and "binding/swap_acc" in text and "bootstrap intervals" in text
+    assert "0.100" in text and "binding/swap_acc" in text and "[low, high]: 95% bootstrap" in text

@@ -63,8 +63,8 @@ def print_report(result: EvalResult, config: EvalConfig, console: Console | None
     console.print(metrics_table(result, config.ks))
     if result.intervals:
         console.print(
-            f"[dim][low, high]: {config.confidence:.0%} bootstrap intervals over the queries "
-            f"({config.bootstrap} resamples)[/dim]"
+            f"[dim]{escape('[low, high]')}: {config.confidence:.0%} bootstrap intervals over "
+            f"the queries ({config.bootstrap} resamples)[/dim]"
         )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
     console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s[/dim]")

@@ -31,7 +31,9 @@ def print_summary(result: TrainResult, config: TrainConfig, console: Console | N
         table.add_row(name, *(_cell(final, f"{name}_at_{k}") for k in config.ks))
     console.print(table)
     if any(name.endswith("_ci_low") for name in final):
-        console.print("[dim][low, high]: 95% bootstrap intervals over the test queries[/dim]")
+        console.print(
+            f"[dim]{escape('[low, high]')}: 95% bootstrap intervals over the test queries[/dim]"
+        )
     single = sorted(name for name in final if "_at_" not in name)
     if single:
         others = Table()
