@@ -34,8 +34,9 @@ SCHEMA = pa.schema(
 
 @dataclass
 class QueryValues:
-    """One query set: ``keys`` ``[Q]`` (each query's identity, e.g. ``"1234"`` for an image id,
-    ``"1234#2"`` for that image's third caption) and metric name -> float64 ``[Q]`` values."""
+    """One query set: ``keys`` ``[Q]`` (each query's identity, e.g. ``"1234:a dog on grass"``
+    for an image id and its first caption, ``"1234#2:a red car"`` for that image's third
+    caption) and metric name -> float64 ``[Q]`` values."""
 
     keys: list[str]
     values: dict[str, np.ndarray]
@@ -90,7 +91,8 @@ def paired_differences(
             right = b.keys[n] if n < len(b.keys) else "(none)"
             raise ValueError(
                 f"the runs scored other {name} queries ({len(a.keys)} vs {len(b.keys)}; "
-                f"query {n} is {left!r} vs {right!r}): a paired comparison needs the same test set"
+                f"query {n} is {left!r} vs {right!r}): a paired comparison needs the same test "
+                "set (the same dataset and split; the default ToyWorld depends on --seed)"
             )
         if a.keys:
             out.update(

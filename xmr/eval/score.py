@@ -233,11 +233,19 @@ def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) ->
         )
         scores.timings["rerank_s"] = time.perf_counter() - t0
         scores.counts["rerank_k"] = rerank_k
-    # the queries' identities: an image's id, a caption's image id and place among its captions
+    # The queries' identities, with their text so that another dataset (or another default
+    # ToyWorld) with the same ids is told apart: an image's id and first caption; a caption's
+    # image id, place among that image's captions, and text.
     image_ids = [str(record.image_id) for record in retrieval.images]
     first = {o: c for c, o in reversed(list(enumerate(owner.tolist())))}  # image -> 1st caption
-    caption_keys = [f"{image_ids[o]}#{c - first[o]}" for c, o in enumerate(owner.tolist())]
-    i2t_keys = [image_ids[i] for i in np.flatnonzero(ok_images)]
+    caption_keys = [
+        f"{image_ids[o]}#{c - first[o]}:{retrieval.captions[c]}"
+        for c, o in enumerate(owner.tolist())
+    ]
+    i2t_keys = [
+        f"{image_ids[i]}:{retrieval.captions[first[i]] if i in first else ''}"
+        for i in np.flatnonzero(ok_images)
+    ]
     t2i_keys = [caption_keys[c] for c in np.flatnonzero(keep)]
     for direction, ranking, positives, keys in (
         ("i2t", i2t_ranking, positives_i2t, i2t_keys),
