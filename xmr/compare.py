@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, paired_differences, 
 from xmr.metrics.direction import find_direction
 from xmr.tracking import (
     PARENT_TAG,
+    download_artifact,
     experiment_id,
     experiment_names,
     resolve_tracking_uri,
@@ -194,37 +193,14 @@ def run_per_query(run_id: str, *, tracking_uri: str) -> dict[str, QueryValues]:
     Raises LookupError when the run has none (an evaluation from before per-query values were
     logged, or a run that never reached its evaluation).
     """
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}  # no bar per file on the terminal
-    with tempfile.TemporaryDirectory() as tmp, _environment(quiet):
-        try:
-            path = mlflow.artifacts.download_artifacts(
-                run_id=run_id, artifact_path=PER_QUERY_FILE, dst_path=tmp,
-                tracking_uri=tracking_uri,
-            )  # fmt: skip
-        except (MlflowException, OSError) as exc:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = download_artifact(run_id, PER_QUERY_FILE, Path(tmp), tracking_uri=tracking_uri)
+        if path is None:
             raise LookupError(
                 f"run {run_id} has no {PER_QUERY_FILE} artifact (it was evaluated before "
                 "per-query values were logged, or did not finish): evaluate it again"
-            ) from exc
-        return read_per_query(Path(path))
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``values`` set inside the block, as it was after."""
-    before = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            )
+        return read_per_query(path)
 
 
 def paired_comparison(

@@ -302,6 +302,31 @@ def write_run_record(record: Path, run: TrackedRun, id_key: str, fields: Mapping
     )
 
 
+def download_artifact(
+    run_id: str, artifact_path: str, destination: Path, *, tracking_uri: str
+) -> Path | None:
+    """Copy run ``run_id``'s artifact ``artifact_path`` into the folder ``destination`` (no
+    progress bar); its local path, or None when the run has no such artifact."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # no bar per file
+    try:
+        local = mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path=artifact_path, dst_path=str(destination),
+            tracking_uri=tracking_uri,
+        )  # fmt: skip
+    except (MlflowException, OSError):
+        return None
+    finally:
+        if quiet is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
+    return Path(local)
+
+
 def _tag_filter(tags: Mapping[str, str]) -> str:
     """An MLflow search filter that keeps the runs with all of ``tags``."""
     return " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
