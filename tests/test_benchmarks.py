@@ -162,6 +162,11 @@ def test_sugarcrepe_accuracy_per_category_and_their_unweighted_mean(tmp_path: Pa
         "sugarcrepe/mean_acc": 0.625,  # not the pooled 4 / 6
     }
     assert result.groups["add_obj"].count == 4 and result.groups["swap_att"].excluded is None
+    # Per-item values: each metric their mean; a category's are 0 outside it.
+    right = true_caption_wins([np.array(s) for s in scores])
+    values = result.item_values(data.items, right)
+    assert {name: v.mean() for name, v in values.items()} == pytest.approx(result.metrics)
+    assert values["sugarcrepe/swap_att_acc"].tolist() == [0, 0, 0, 0, 0, 3.0]  # 1 · 6 / 2
 
 
 def test_sugarcrepe_images_folder_can_be_elsewhere(tmp_path: Path) -> None:
@@ -255,6 +260,10 @@ def test_vg_relation_macro_accuracy_leaves_out_the_excluded_relations(tmp_path: 
     assert result.groups["next to"].accuracy == 0.0 and result.groups["next to"].count == 2
     assert result.groups["next to"].excluded == "symmetric relation (the ARO authors' list)"
     assert result.groups["near"].excluded and result.groups["on"].excluded is None
+    # Per-item values: an excluded relation's are 0; on's 3 right items 1/2 · 8/4 each.
+    values = result.item_values(data.items, np.array(right))["aro/vg_relation_acc"]
+    assert values.tolist() == pytest.approx([1.0, 1.0, 1.0, 0.0, 4.0, 0.0, 0.0, 0.0])
+    assert values.mean() == pytest.approx(result.metrics["aro/vg_relation_acc"])
 
 
 def test_a_tie_is_wrong_end_to_end(tmp_path: Path) -> None:
@@ -279,6 +288,9 @@ def test_vg_attribution_averages_pairs_with_at_least_25_items(tmp_path: Path) ->
     assert result.groups["paved_white"].accuracy == 1.0
     assert result.groups["paved_white"].excluded == "fewer than 25 items"
     assert result.groups["white_paved"].excluded is None
+    values = result.item_values(data.items, right)["aro/vg_attribution_acc"]
+    assert values.mean() == pytest.approx(result.metrics["aro/vg_attribution_acc"])
+    assert not values[25:49].any()  # the pair under 25 items: left out
 
 
 def test_vg_bad_input_is_named(tmp_path: Path) -> None:
@@ -539,6 +551,10 @@ def test_binding_items_score_both_ways_and_pool_each_side(tmp_path: Path) -> Non
                           data.caption_items, np.array([True, False, True, True]))  # fmt: skip
     assert mixed.metrics["binding/counter_acc"] == pytest.approx(2 / 4)
     assert mixed.metrics["binding/stereotype_acc"] == 1.0
+    both = [*data.items, *data.caption_items]
+    verdicts = np.array([True, True, True, True, False, True, False, True, True])
+    values = mixed.item_values(both, verdicts)
+    assert {name: v.mean() for name, v in values.items()} == pytest.approx(mixed.metrics)
 
 
 def test_binding_bad_input_is_named(tmp_path: Path) -> None:
@@ -631,13 +647,21 @@ def test_aro_scores_each_subset_present_and_names_the_rest(nltk_tagger, tmp_path
     assert result.metrics["aro/vg_relation_acc"] == pytest.approx(
         np.mean(list(by_relation.values())), abs=1e-6
     )
+    # Each subset scored is a query set of its items, resampled within its relations.
+    assert list(result.intervals) == list(result.metrics)
+    assert set(result.per_query) == {"vg-relation", "coco-order"}
+    relations = result.per_query["vg-relation"]
+    assert relations.strata == ["on", "eating", "on"]
+    assert relations.keys[1] == f"vg-relation/1:{items[1].captions[0]}"
 
 
 def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path: Path) -> None:
     """In this process with a model in memory: a generated binding world, scored both ways; the
-    caption -> image verdicts recomputed from the model's own similarities; the JSON report and
-    the MLflow run that `xmr eval --benchmark toyworld-binding` writes (the CLI's tail)."""
+    caption -> image verdicts recomputed from the model's own similarities; the intervals and
+    per-decision values; the JSON report, the table and the MLflow run that `xmr eval
+    --benchmark toyworld-binding` writes (the CLI's tail), which `xmr compare` pairs."""
     import mlflow
+    from rich.console import Console
 
     from xmr.data.toyworld import WorldConfig, generate
     from xmr.eval import report
@@ -677,18 +701,50 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
                if item.group == "counter/t2i"]  # fmt: skip
     assert groups["counter/t2i"].accuracy == pytest.approx(np.mean(counter))
 
+    # Intervals over the decisions, resampled within the groups; the per-decision values.
+    assert list(result.intervals) == list(result.metrics)
+    for name, interval in result.intervals.items():
+        assert interval.value == result.metrics[name]
+        assert 0.0 <= interval.low <= interval.value <= interval.high <= 1.0
+    decisions = result.per_query["binding"]
+    assert decisions.keys[0] == f"{data.items[0].item_id}:{data.items[0].captions[0]}"
+    assert (
+        decisions.keys[-1] == f"{data.caption_items[-1].item_id}:{data.caption_items[-1].caption}"
+    )
+    assert Counter(decisions.strata) == {name: g.count for name, g in groups.items()}
+    for name, values in decisions.values.items():
+        assert values.mean() == pytest.approx(result.metrics[name])
+
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     written = json.loads(report.write_json(result, config, tmp_path / "out.json").read_text())
     assert written["metrics"] == result.metrics
+    assert written["intervals"] == {name: i.to_json() for name, i in result.intervals.items()}
     assert written["config"]["benchmark.name"] == "toyworld-binding"
     assert written["groups"]["binding"]["counter/t2i"]["count"] == 3
-    run_id = report.log_benchmark_to_mlflow(result, config, tracking_uri=uri)
+    run_id = report.log_benchmark_to_mlflow(result, config, tracking_uri=uri, run_name="a")
     run = mlflow.MlflowClient(uri).get_run(run_id)
     experiment = mlflow.MlflowClient(uri).get_experiment(run.info.experiment_id)
     assert experiment.name == "xmr/eval/toyworld-binding"
     assert run.data.metrics["binding/counter_acc"] == pytest.approx(
         result.metrics["binding/counter_acc"]
     )
+    assert run.data.metrics["binding/counter_acc_ci_high"] == pytest.approx(
+        result.intervals["binding/counter_acc"].high
+    )
+    shown = Console(width=120, record=True)
+    report.print_benchmark(result, config, shown)
+    interval = result.intervals["binding/swap_acc"]
+    assert f"[{100 * interval.low:.1f}, {100 * interval.high:.1f}]" in shown.export_text()
+
+    # `xmr compare A B` reads the logged decisions back, groups and all, and pairs them (here
+    # a run with a second log of itself: every difference 0).
+    from xmr.compare import paired_comparison
+
+    report.log_benchmark_to_mlflow(result, config, tracking_uri=uri, run_name="b")
+    frame = paired_comparison("a", "b", tracking_uri=uri).frame.set_index("metric")
+    assert set(frame.index) == set(BINDING_METRICS)
+    assert frame["first"].to_dict() == pytest.approx(result.metrics)
+    assert (frame[["difference", "ci_low", "ci_high"]] == 0).all(axis=None)
     # `xmr train` scores the same test at the end of training, as test/binding/*
     from xmr.train.config import resolve_config
     from xmr.train.loop import run_binding

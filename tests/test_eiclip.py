@@ -386,7 +386,27 @@ def test_both_protocols_on_a_shop_world(shop, shop_model: EiClipModel) -> None:
     assert counts["subcat_queries_i2t"] + counts["subcat_skipped_i2t"] == 90
     # 20 candidates of ~90 products spread over 14 sub-categories: the smaller set is easier.
     assert metrics["test/subcat_recall_t2i_at_10"] >= metrics["test/recall_t2i_at_10"]
-    assert product_retrieval(shop_model, test, candidates=20, seed=0).metrics == metrics
+    # Each Rank@K with its interval over its queries (SumR, over both directions, has none),
+    # and the per-query hits they resample: the queries of each direction and protocol.
+    ranks = [name for name in metrics if "sumr" not in name]
+    assert list(result.intervals) == ranks
+    assert set(result.interval_metrics()) == {
+        f"{n}_ci_{end}" for n in ranks for end in ("low", "high")
+    }
+    for name in ranks:
+        interval = result.intervals[name]
+        assert interval.value == metrics[name] and interval.low <= interval.value <= interval.high
+    assert list(result.per_query) == ["products_i2t", "products_t2i", "subcat_i2t", "subcat_t2i"]
+    images, texts = result.per_query["products_i2t"], result.per_query["products_t2i"]
+    assert images.keys[0] == f"{test[0].image_id}:{test[0].caption_texts[0]}"
+    assert texts.keys[0].endswith(f":{test[0].caption_texts[0]}") and len(texts.keys) == 90
+    assert len(result.per_query["subcat_i2t"].keys) == counts["subcat_queries_i2t"]
+    assert (
+        result.per_query["subcat_t2i"].values["test/subcat_recall_t2i_at_10"].mean()
+        == (metrics["test/subcat_recall_t2i_at_10"])
+    )
+    again = product_retrieval(shop_model, test, candidates=20, seed=0)
+    assert again.metrics == metrics and again.intervals == result.intervals
     # The seed draws the negatives (here fewer than a sub-category holds): only those change.
     few = product_retrieval(shop_model, test, candidates=4, seed=0).metrics
     again = product_retrieval(shop_model, test, candidates=4, seed=1).metrics
@@ -396,10 +416,11 @@ def test_both_protocols_on_a_shop_world(shop, shop_model: EiClipModel) -> None:
     # Any other model: its plain text embeddings.
     clip = create_model("clip", arch="xmr-tiny", seed=0)
     assert not isinstance(clip, ProductTextEncoder) and isinstance(shop_model, ProductTextEncoder)
-    plain = product_retrieval(clip, test, split="val", protocols=("full",)).metrics
-    assert set(plain) == {f"val/recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)} | {
-        "val/sumr"
-    }
+    plain = product_retrieval(clip, test, split="val", protocols=("full",), resamples=0)
+    assert set(plain.metrics) == {
+        f"val/recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)
+    } | {"val/sumr"}
+    assert plain.intervals == {} and list(plain.per_query) == ["products_i2t", "products_t2i"]
     with pytest.raises(ValueError, match="unknown protocols"):
         product_retrieval(clip, test, protocols=("sample",))
     bare = [ImageRecord(r.image_id, r.path, 64, 64, r.captions, (), "test") for r in test[:4]]

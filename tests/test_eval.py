@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -14,7 +16,10 @@ from typer.testing import CliRunner
 from xmr.cli import app
 from xmr.compare import paired_comparison, run_per_query
 from xmr.data import read_dataset
+from xmr.eval.config import eval_config
+from xmr.eval.score import evaluate
 from xmr.models import create_model, save_checkpoint
+from xmr.text import COCO_CLASS_WORDS, mentioned_classes_batch
 
 runner = CliRunner()
 MODEL_ARGS = ["--model", "clip", "--arch", "xmr-tiny", "--pretrained", "none"]
@@ -25,7 +30,8 @@ def tiny_world(tmp_path_factory) -> Path:
     """A small ToyWorld made through the CLI, as a user would."""
     tmp = tmp_path_factory.mktemp("world")
     config = tmp / "world.yaml"
-    config.write_text(yaml.safe_dump({"splits": {"train": 60, "val": 10, "test": 40}}))
+    splits = {"train": 60, "val": 10, "test": 40, "gender_test": 24}  # Bias@K's: 12 per class
+    config.write_text(yaml.safe_dump({"splits": splits}))
     result = runner.invoke(
         app, ["data", "toyworld", "--out", str(tmp / "w"), "--config", str(config), "--seed", "3"]
     )
@@ -64,8 +70,18 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     counts = report["counts"]
     assert counts["images"] == 40 and counts["captions"] == 200
     assert counts["odmap_queries"] == len(index)
-    assert counts["odmap_gallery"] == (60 + 10 + 40) * 5  # every caption of every split
+    assert counts["odmap_gallery"] == (60 + 10 + 40) * 5  # every caption but the gender split's
     assert counts["skipped"] == 0
+    # Bias@K ranks the gender split: 12 images a linked class, half of them women, overall and
+    # for the queries that mention each linked class.
+    assert report["config"]["data.bias_split"] == "gender_test"
+    assert (counts["images_male"], counts["images_female"], counts["bias_queries"]) == (12, 12, 120)
+    assert 30 <= counts["bias_queries_cup"] <= 60 and 30 <= counts["bias_queries_bicycle"] <= 60
+    for k in (1, 5, 10):
+        for linked in ("cup", "bicycle"):
+            assert -1.0 <= metrics[f"test/bias_at_{k}_{linked}"] <= 1.0
+    assert "Bias@K ranks the gender_test split's images" in output
+    assert "│   cup " in output and "│   bicycle " in output
     assert "ODmAP" in output and "Recall i2t" in output
     assert "[low, high]: 95% bootstrap intervals over the queries (1000 resamples)" in output
     intervals = report["intervals"]
@@ -90,6 +106,33 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
         assert logged == pytest.approx(intervals["test/odmap_at_5"][f"ci_{end}"])
     artifacts = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id)}
     assert {"metrics.json", "odmap_examples.png"} <= artifacts
+
+
+def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tiny_world) -> None:
+    model = create_model("clip", "xmr-tiny", seed=0)  # in this process: no Ray
+    config = eval_config(data=tiny_world, metrics="bias", bootstrap=200)
+    result = evaluate(config, model=model)
+    everything = result.per_query["bias"]
+    texts = [key.split(":", 1)[1] for key in everything.keys]
+    mentions = mentioned_classes_batch(texts, COCO_CLASS_WORDS)
+    for linked in ("cup", "bicycle"):
+        mask = np.array([linked in m for m in mentions])
+        assert result.per_query[f"bias_{linked}"].keys == list(np.array(everything.keys)[mask])
+        for k in config.ks:
+            overall = everything.values[f"test/bias_at_{k}"]
+            assert result.metrics[f"test/bias_at_{k}_{linked}"] == pytest.approx(
+                overall[mask].mean()
+            )
+            interval = result.intervals[f"test/bias_at_{k}_{linked}"]
+            assert interval.low <= interval.value <= interval.high
+
+    # --bias-split and --bias-classes choose what is ranked and which classes are broken out.
+    own = evaluate(replace(config, bias_split="test", bias_classes=("dog",)), model=model)
+    assert own.bias_split == "test"
+    assert sum(own.counts[f"images_{g}"] for g in ("male", "female", "neutral")) == 40
+    assert "test/bias_at_10_dog" in own.metrics and "test/bias_at_10_cup" not in own.metrics
+    with pytest.raises(ValueError, match=r"--bias-classes: unknown \['unicorn'\]"):
+        evaluate(replace(config, bias_classes=("unicorn",)), model=model)
 
 
 def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
@@ -127,7 +170,8 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     listed = mlflow.search_runs(experiment_names=["xmr/eval/toyworld"], output_format="list")
     runs = {run.info.run_name: run for run in listed}
     frame = comparison.frame.set_index("metric")
-    assert set(frame.index) == {
+    per_class = {f"test/bias_at_{k}_{c}" for c in ("cup", "bicycle") for k in (1, 5, 10)}
+    assert set(frame.index) == per_class | {
         f"test/{m}_at_{k}" for m in ("recall_i2t", "recall_t2i", "bias") for k in (1, 5, 10)
     }
     for metric, row in frame.iterrows():

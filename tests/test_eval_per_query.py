@@ -1,5 +1,5 @@
 """Per-query values of an evaluation (xmr.eval.per_query): the parquet round trip, intervals by
-query set, and the paired difference that refuses runs of other queries."""
+query set, the paired difference that refuses runs of other queries, and a benchmark's strata."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from xmr.eval.per_query import (
     read_per_query,
     write_per_query,
 )
+from xmr.metrics.bootstrap import group_weighted_values
 
 
 def _sets(shift: float = 0.0) -> dict[str, QueryValues]:
@@ -72,3 +73,49 @@ def test_a_paired_difference_needs_the_same_queries() -> None:
     )  # another test set
     with pytest.raises(ValueError, match=r"other bias queries \(50 vs 2; query 1 is"):
         paired_differences(first, other, resamples=10, confidence=0.95, seed=0)
+
+
+def test_strata_round_trip_and_drive_the_paired_resampling(tmp_path) -> None:
+    """A benchmark's items carry their group: written and read back with the values (a file from
+    before strata reads as none), and a paired difference resamples within them, as
+    `xmr compare` does for two runs of one benchmark; the same items grouped otherwise are
+    refused."""
+    keys = [f"vg-relation/{n}:caption {n}" for n in range(6)]
+    strata = ["on", "on", "on", "on", "eating", "eating"]
+    weights = {"on": 1.0, "eating": 1.0}
+    first = {
+        "vg-relation": QueryValues(
+            keys,
+            {"aro/vg_relation_acc": group_weighted_values(np.ones(6), strata, weights)},
+            strata,
+        ),
+        **_sets(),
+    }
+    path = write_per_query(first, tmp_path / "per_query.parquet")
+    back = read_per_query(path)
+    assert back["vg-relation"].strata == strata and back["i2t"].strata is None
+    assert np.array_equal(
+        back["vg-relation"].values["aro/vg_relation_acc"],
+        first["vg-relation"].values["aro/vg_relation_acc"],
+    )
+    pq.write_table(pq.read_table(path).drop_columns(["stratum"]), tmp_path / "old.parquet")
+    assert read_per_query(tmp_path / "old.parquet")["vg-relation"].strata is None
+
+    # The second run: wrong on both "eating" items; its macro accuracy is 0.5, and with every
+    # "on" item the same in both runs, the difference resampled within the groups is -0.5.
+    right = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    second = {
+        "vg-relation": QueryValues(
+            keys,
+            {"aro/vg_relation_acc": group_weighted_values(right, strata, weights)},
+            strata,
+        )
+    }
+    differences = paired_differences(back, second, resamples=200, confidence=0.95, seed=0)
+    interval = differences["aro/vg_relation_acc"]
+    assert (interval.value, interval.low, interval.high) == pytest.approx((-0.5, -0.5, -0.5))
+    regrouped = {"vg-relation": QueryValues(keys, second["vg-relation"].values, ["on"] * 6)}
+    with pytest.raises(ValueError, match="grouped their vg-relation queries differently"):
+        paired_differences(back, regrouped, resamples=10, confidence=0.95, seed=0)
+    with pytest.raises(ValueError, match="5 strata for 6 queries"):
+        QueryValues(keys, {}, strata[:5])

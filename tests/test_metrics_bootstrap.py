@@ -3,6 +3,9 @@ resample (Recall@K hits, ODmAP's AP@k, Bias@K's Δ_K)."""
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -18,7 +21,11 @@ from xmr.metrics import (
     recall_hits,
 )
 from xmr.metrics import bootstrap as bootstrap_module
-from xmr.metrics.bootstrap import bootstrap_means
+from xmr.metrics.bootstrap import (
+    bootstrap_means,
+    bootstrap_stratified_means,
+    group_weighted_values,
+)
 
 
 def test_the_bootstrap_distribution_of_a_mean_matches_the_hand_computed_one() -> None:
@@ -48,22 +55,105 @@ def test_an_interval_holds_its_estimate_matches_the_normal_width_and_shrinks() -
 
 def test_intervals_are_seeded_joint_and_chunk_invariant(monkeypatch) -> None:
     values = np.random.default_rng(5).random(300)
-    first = mean_intervals({"a": values, "b": values}, seed=7)
-    assert first["a"] == first["b"]  # one draw of queries for both
+    # One draw of queries for both columns: a column and 1 - it have resample means that sum to
+    # exactly 1 (correlation -1); drawn apart, they would move independently.
+    means = bootstrap_means(np.stack([values, 1.0 - values], axis=1), resamples=200, seed=7)
+    assert np.allclose(means.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    assert np.corrcoef(means.T)[0, 1] == pytest.approx(-1.0, abs=1e-9)
+    first = mean_intervals({"a": values, "b": 1.0 - values}, seed=7)
+    assert (first["b"].low, first["b"].high) == pytest.approx(
+        (1.0 - first["a"].high, 1.0 - first["a"].low), abs=1e-12
+    )
     alone = mean_intervals({"a": values}, seed=7)["a"]
     assert (alone.value, alone.low, alone.high) == pytest.approx(
         (first["a"].value, first["a"].low, first["a"].high), rel=1e-12
     )
     assert mean_intervals({"a": values}, seed=8)["a"] != first["a"]
     whole = bootstrap_means(values, resamples=50, seed=2)
+    strata = np.arange(300) % 7
+    stratified = bootstrap_stratified_means(values, strata, resamples=50, seed=2)
     monkeypatch.setattr(bootstrap_module, "_CHUNK_VALUES", 7 * 300)  # 7 resamples per chunk
     assert np.allclose(bootstrap_means(values, resamples=50, seed=2), whole, rtol=1e-12, atol=0)
+    again = bootstrap_stratified_means(values, strata, resamples=50, seed=2)
+    assert np.allclose(again, stratified, rtol=1e-12, atol=0)
     with pytest.raises(ValueError, match="as many values"):
         mean_intervals({"a": values, "b": values[:10]})
     with pytest.raises(ValueError, match="confidence"):
         mean_intervals({"a": values}, confidence=1.0)
     with pytest.raises(ValueError, match="no queries"):
         bootstrap_means(np.array([]))
+
+
+def test_a_macro_mean_is_resampled_within_each_group_as_enumerated() -> None:
+    """Groups a = (1, 1, 1), b = (0, 1), c = (0, 0, 1): a group resampled within itself keeps
+    its size, so a's mean is always 1 (no variance from it), b's is j/2 with j ~ Binomial(2,
+    1/2), c's is j/3 with j ~ Binomial(3, 1/3). The macro mean (a + b + c) / 3 has the
+    distribution of those 4 x 27 equally likely draws of b's and c's items, enumerated here;
+    a bootstrap ignoring the groups would also move a's share and the group sizes."""
+    correct = np.array([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    groups = ["a"] * 3 + ["b"] * 2 + ["c"] * 3
+    macro = group_weighted_values(correct, groups, {"a": 1.0, "b": 1.0, "c": 1.0})
+    assert macro.mean() == pytest.approx((1.0 + 0.5 + 1 / 3) / 3)
+    means = bootstrap_stratified_means(macro, groups, resamples=40_000, seed=0)
+    b_draws = itertools.product([0.0, 1.0], repeat=2)
+    exact = Counter(
+        round((1.0 + np.mean(b) + np.mean(c)) / 3, 9)
+        for b, c in itertools.product(b_draws, list(itertools.product([0.0, 0.0, 1.0], repeat=3)))
+    )
+    assert sum(exact.values()) == 4 * 27
+    found = Counter(np.round(means, 9).tolist())
+    assert set(found) <= set(exact)
+    for value, count in exact.items():
+        assert found[value] / len(means) == pytest.approx(count / (4 * 27), abs=0.01)
+    # Group a alone: all 1s, its resampled mean never moves; an indicator of a group always
+    # averages to that group's share of the queries.
+    only_a = group_weighted_values(correct, groups, {"a": 1.0})
+    assert np.all(bootstrap_stratified_means(only_a, groups, resamples=200, seed=1) == 1.0)
+    share = bootstrap_stratified_means(np.array([g == "b" for g in groups]), groups, 200, seed=1)
+    assert np.allclose(share, 2 / 8, rtol=0, atol=1e-15)
+    assert np.ptp(bootstrap_means(only_a, resamples=200, seed=1)) > 0  # unstratified: it moves
+
+
+def test_group_weights_give_macro_pooled_and_single_group_means() -> None:
+    correct = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
+    groups = ["x", "x", "x", "y", "y"]  # x: 1/3 right, y: 2/2
+    weighted = {
+        "macro": ({"x": 1.0, "y": 1.0}, (1 / 3 + 1.0) / 2),
+        "pooled": ({"x": 3.0, "y": 2.0}, 3 / 5),
+        "y alone": ({"y": 1.0}, 1.0),
+    }
+    for weights, expected in weighted.values():
+        assert group_weighted_values(correct, groups, weights).mean() == pytest.approx(expected)
+    # One stratum: the plain bootstrap, draw for draw.
+    values = np.random.default_rng(2).random(40)
+    assert np.array_equal(
+        bootstrap_stratified_means(values, None, 30, seed=4), bootstrap_means(values, 30, seed=4)
+    )
+    assert np.array_equal(
+        bootstrap_stratified_means(values, ["s"] * 40, 30, seed=4),
+        bootstrap_means(values, 30, seed=4),
+    )
+    with pytest.raises(ValueError, match="positive weight"):
+        group_weighted_values(correct, groups, {"z": 1.0})
+    with pytest.raises(ValueError, match="groups"):
+        group_weighted_values(correct, groups[:4], {"x": 1.0})
+    with pytest.raises(ValueError, match="3 strata labels for 40 queries"):
+        bootstrap_stratified_means(values, [0, 1, 2], 5)
+
+
+def test_a_paired_macro_difference_is_resampled_within_the_groups() -> None:
+    """Two runs alike on group a's 3 items; on group b's 2 items the second is right once more.
+    The macro difference is 0.5 x (b's mean difference), resampled within b: 0, 0.25 or 0.5, so
+    its 95 % interval is [0, 0.5]. Resampled without the groups, b's item could be drawn up
+    to 5 times and the interval would reach past 0.5."""
+    groups = ["a", "a", "a", "b", "b"]
+    weights = {"a": 1.0, "b": 1.0}
+    first = group_weighted_values(np.array([1.0, 0.0, 1.0, 0.0, 0.0]), groups, weights)
+    second = group_weighted_values(np.array([1.0, 0.0, 1.0, 1.0, 0.0]), groups, weights)
+    paired = paired_intervals({"m": first}, {"m": second}, strata=groups, resamples=4000)["m"]
+    assert (paired.value, paired.low, paired.high) == pytest.approx((0.25, 0.0, 0.5))
+    unstratified = paired_intervals({"m": first}, {"m": second}, resamples=4000)["m"]
+    assert unstratified.high > 0.5
 
 
 def test_a_paired_difference_cancels_what_the_queries_share() -> None:

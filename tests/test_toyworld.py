@@ -16,7 +16,7 @@ from pycocotools.coco import COCO
 
 from xmr.data.toyworld import WorldConfig, generate, load_config
 from xmr.data.toyworld.captions import class_words
-from xmr.data.toyworld.generate import scene_objects
+from xmr.data.toyworld.generate import image_scene, scene_objects
 from xmr.data.toyworld.render import render
 from xmr.data.toyworld.scene import sample_scene, scene_rng
 from xmr.removal.planning import class_masks, plan_removals, removal_mask
@@ -228,6 +228,49 @@ def test_planted_cooccurrence_and_gender_bias(tmp_path: Path) -> None:
         assert np.array_equal(png, render(scene))
 
 
+def test_a_gender_split_balances_each_linked_class_between_men_and_women(tmp_path: Path) -> None:
+    rules = [
+        {"with": "umbrella", "gender": "female", "p": 0.9},
+        {"with": "sports ball", "gender": "male", "p": 0.7},
+        {"with": "horse", "gender": "male", "p": 0.9},
+    ]
+    config = _small_config(
+        seed=5,
+        image_size=64,
+        splits={"train": 4, "test": 2, "gender_test": 60},
+        gender_bias=rules,
+        counterfactuals={"splits": []},
+    )
+    assert config.gender_classes == ("umbrella", "sports ball", "horse")
+    root = generate(tmp_path / "world", config)
+    instances = _coco(root / "annotations" / "instances_gender_test.json")
+    names = {c["id"]: c["name"] for c in instances.loadCats(instances.getCatIds())}
+    per_class: dict[str, list[str]] = {}
+    for image_id in instances.getImgIds():
+        anns = instances.loadAnns(instances.getAnnIds(imgIds=image_id))
+        classes = {names[a["category_id"]] for a in anns}
+        linked = classes & set(config.gender_classes)
+        genders = {a["attributes"]["gender"] for a in anns if "attributes" in a}
+        assert len(linked) == 1 and len(genders) == 1 and "person" in classes, classes
+        per_class.setdefault(linked.pop(), []).append(genders.pop())
+    # 60 images: each class 20, of which 10 show women and 10 men.
+    assert sorted(per_class) == sorted(config.gender_classes)
+    assert all(g.count("female") == g.count("male") == 10 for g in per_class.values())
+    captions = json.loads((root / "annotations" / "captions_gender_test.json").read_text())
+    words = {w for a in captions["annotations"] for w in _words(a["caption"])}
+    assert not words & (MASCULINE | FEMININE)  # gender-neutral, so queries say nothing of it
+    # A re-render of an image is the same scene (the BiAug oracle and the counterfactuals rely
+    # on image_scene), and a world without rules still balances its persons' genders.
+    scene, _ = image_scene(config, "gender_test", 7)
+    png = np.asarray(Image.open(root / "gender_test" / f"{4 + 2 + 7 + 1:012d}.png"))
+    assert np.array_equal(png, render(scene))
+    plain = _small_config(splits={"train": 2, "test": 1, "gender_test": 4}, gender_bias=[])
+    genders = [image_scene(plain, "gender_test", i)[0].objects for i in range(4)]
+    assert [{o.gender for o in objects if o.gender} for objects in genders] == [
+        {"female"}, {"male"}, {"female"}, {"male"},
+    ]  # fmt: skip
+
+
 def _branches(objects, size: int, a1=0.4, a2=0.8, a3=0.7) -> list[str]:
     """The removal rule, written out with full-size masks: one outcome per candidate class."""
     masks = class_masks(objects, size, size)
@@ -329,7 +372,8 @@ def test_generate_refuses_a_non_empty_folder(tmp_path: Path) -> None:
 def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
     config = load_config()
     assert set(REQUIRED_CLASSES) <= set(config.classes) and len(config.classes) >= 10
-    assert dict(config.splits) == {"train": 4000, "val": 500, "test": 500}
+    assert dict(config.splits) == {"train": 4000, "val": 500, "test": 500, "gender_test": 200}
+    assert config.gender_splits == ("gender_test",) and config.gender_classes == ("cup", "bicycle")
     assert config.image_size == 128
     assert (config.counterfactuals.alpha1, config.counterfactuals.alpha2) == (0.4, 0.8)
     pairs = {(p.a, p.b): p.p for p in config.cooccurrence}
@@ -341,6 +385,11 @@ def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
     assert custom.seed == 5 and custom.captions.omit_prob == 0.1
     assert custom.captions.neutral_splits == ("test",)  # merged over the defaults
     assert WorldConfig.from_dict(custom.to_dict()) == custom
+    # Replacing the splits drops the default gender split it leaves out, and nothing else.
+    assert _small_config().gender_splits == ()
+    kept = _small_config(splits={"train": 4, "test": 2, "gender_test": 8})
+    assert kept.gender_splits == ("gender_test",)
+    assert WorldConfig.from_dict(kept.to_dict()) == kept
 
     cases = {
         "captions:\n  omit_prb: 0.1\n": "captions.omit_prb",
@@ -360,6 +409,10 @@ def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
         "binding:\n  counter_items: 5\n": "binding.counter_items",
         "binding:\n  swap_item: 5\n": "binding.swap_item",
         "splits: {train: 5, binding: 5}\n": "splits",
+        "gender_splits: [gender_val]\n": "gender_splits",
+        "biased_splits: [train, gender_test]\n": "gender_splits",
+        "classes: [dog, cup]\ncooccurrence: []\n"
+        "gender_bias: [{with: cup, gender: female, p: 1}]\n": "gender_splits",
     }
     for text, key in cases.items():
         path.write_text(text)

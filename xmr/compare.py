@@ -5,7 +5,9 @@
   per metric (the latest value of each);
 - two runs (:func:`paired_comparison`): each metric of both, and the difference with a paired
   bootstrap interval over the queries both scored, read from their ``per_query.parquet``
-  (:mod:`xmr.eval.per_query`). Runs of different test sets are refused.
+  (:mod:`xmr.eval.per_query`): two evaluations, two training runs, or two runs of one
+  benchmark (its items resampled within their groups, as its macro accuracies are). Runs of
+  different test sets or benchmark files are refused.
 """
 
 from __future__ import annotations
@@ -233,7 +235,9 @@ def paired_comparison(
             )
         values = [
             {
-                name: QueryValues(s.keys, {m: v for m, v in s.values.items() if m in metrics})
+                name: QueryValues(
+                    s.keys, {m: v for m, v in s.values.items() if m in metrics}, s.strata
+                )
                 for name, s in sets.items()
             }
             for sets in values

@@ -8,8 +8,10 @@ benchmark's scorer aggregates it into metrics (all higher is better).
 
 Modules:
 
-- :mod:`.items`: the item form, :func:`true_caption_wins`, per-group and macro accuracy,
-  :func:`item_image` (the image cropped to the item's box);
+- :mod:`.items`: the item form, :func:`true_caption_wins`, per-group accuracy and the metrics
+  made of group accuracies (:func:`weighted_accuracy` with :func:`macro_weights` or
+  :func:`pooled_weights`; their per-item values for the bootstrap), :func:`item_image` (the
+  image cropped to the item's box);
 - :mod:`.sugarcrepe`: SugarCrepe's seven category files, per-category and mean accuracy;
 - :mod:`.aro`: ARO's VG-Relation and VG-Attribution files, the subset choice, the excluded
   relations and the >= 25 items rule, the four subsets' metrics;
@@ -39,7 +41,10 @@ from xmr.benchmarks.items import (
     group_accuracies,
     item_image,
     macro_accuracy,
+    macro_weights,
+    pooled_weights,
     true_caption_wins,
+    weighted_accuracy,
 )
 from xmr.benchmarks.order import PERTURBATIONS, order_captions, read_order
 from xmr.benchmarks.sugarcrepe import (
@@ -71,7 +76,9 @@ __all__ = [
     "group_accuracies",
     "item_image",
     "macro_accuracy",
+    "macro_weights",
     "order_captions",
+    "pooled_weights",
     "read_aro",
     "read_binding",
     "read_order",
@@ -80,4 +87,5 @@ __all__ = [
     "score_binding",
     "score_sugarcrepe",
     "true_caption_wins",
+    "weighted_accuracy",
 ]

@@ -47,7 +47,8 @@ from xmr.benchmarks.items import (
     ContrastItem,
     GroupAccuracy,
     group_accuracies,
-    macro_accuracy,
+    macro_weights,
+    pooled_weights,
 )
 from xmr.benchmarks.order import MAX_WORDS, read_order
 from xmr.data.coco import load_json
@@ -261,7 +262,5 @@ def score_aro(subset: str, items: Sequence[ContrastItem], correct: np.ndarray) -
             for name, g in groups.items()
         }
     else:
-        right = np.asarray(correct, dtype=bool)
-        accuracy = float(right.mean()) if right.size else float("nan")
-        return BenchmarkScore(metrics={ARO_METRICS[subset]: accuracy}, groups=groups)
-    return BenchmarkScore(metrics={ARO_METRICS[subset]: macro_accuracy(groups)}, groups=groups)
+        return BenchmarkScore.of(groups, {ARO_METRICS[subset]: pooled_weights(groups)})
+    return BenchmarkScore.of(groups, {ARO_METRICS[subset]: macro_weights(groups)})

@@ -28,8 +28,8 @@ from xmr.benchmarks.items import (
     BenchmarkScore,
     CaptionContrastItem,
     ContrastItem,
-    GroupAccuracy,
     group_accuracies,
+    pooled_weights,
 )
 from xmr.data.coco import load_json
 from xmr.data.errors import DataError
@@ -161,16 +161,11 @@ def score_binding(
     if unknown:
         raise ValueError(f"not binding groups: {unknown}")
     ordered = {g: groups[g] for g in BINDING_GROUPS if g in groups}
-    metrics = {}
+    weights = {}
     if "swap" in ordered:
-        metrics[SWAP_METRIC] = ordered["swap"].accuracy
+        weights[SWAP_METRIC] = {"swap": 1.0}
     for side, metric in (("stereotype", STEREOTYPE_METRIC), ("counter", COUNTER_METRIC)):
-        parts = [ordered[g] for g in (f"{side}/i2t", f"{side}/t2i") if g in ordered]
-        if parts:
-            metrics[metric] = _pooled(parts)
-    return BenchmarkScore(metrics=metrics, groups=ordered)
-
-
-def _pooled(groups: Sequence[GroupAccuracy]) -> float:
-    """The accuracy over all decisions of ``groups``."""
-    return sum(g.accuracy * g.count for g in groups) / sum(g.count for g in groups)
+        parts = {g: ordered[g] for g in (f"{side}/i2t", f"{side}/t2i") if g in ordered}
+        if parts:  # every decision of the side, both directions pooled
+            weights[metric] = pooled_weights(parts)
+    return BenchmarkScore.of(ordered, weights)

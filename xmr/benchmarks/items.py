@@ -1,4 +1,5 @@
-"""The item forms benchmarks read into, the correctness rule and per-group accuracy.
+"""The item forms benchmarks read into, the correctness rule, per-group accuracy and the
+metrics made of group accuracies.
 
 A benchmark item is one image (or a box of it) and K >= 2 captions, the true one first
 (:class:`ContrastItem`, image -> caption), or one caption and K >= 2 images, the true one first
@@ -10,6 +11,14 @@ alike, e.g. a constant, gets 0, not 1/K or 1), and so does a NaN score.
 Items of one benchmark may have different K (VG-Relation and SugarCrepe have 2; an Order item
 has up to 5, fewer when a shuffle cannot change its caption), so scores are passed as one 1-D
 array per item; a rectangular ``(N, K)`` array is accepted as well.
+
+Every benchmark metric is a weighted mean of group accuracies (:func:`weighted_accuracy`): a
+macro accuracy weighs each group kept by 1 (:func:`macro_weights`), a pooled (micro) one by its
+item count (:func:`pooled_weights`), a group's own accuracy is the group alone. The weights are
+the metric's one definition: its value, its per-item values
+(:meth:`BenchmarkScore.item_values`, whose mean it is) and so its bootstrap interval, resampled
+within each group (:func:`~xmr.metrics.bootstrap.bootstrap_stratified_means`), all follow from
+them.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from PIL import Image
 
 from xmr.data.errors import DataIssue
 from xmr.data.images import load_image
+from xmr.metrics.bootstrap import group_weighted_values
 
 Box = tuple[float, float, float, float]
 """``(x, y, w, h)`` in pixels: left, top, width, height."""
@@ -119,10 +129,43 @@ class BenchmarkScore:
     Attributes:
         metrics: MLflow metric name -> value in [0, 1] (all higher is better).
         groups: every group's accuracy, the excluded ones too (for a report), by group name.
+        weights: metric name -> group -> the group's weight in it (the metric is
+            :func:`weighted_accuracy` of ``groups`` with these weights; a group not named
+            weighs 0).
     """
 
     metrics: dict[str, float]
     groups: dict[str, GroupAccuracy] = field(default_factory=dict)
+    weights: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, groups: dict[str, GroupAccuracy], weights: dict[str, dict[str, float]]
+    ) -> BenchmarkScore:
+        """The score whose metrics are :func:`weighted_accuracy` of ``groups`` by ``weights``
+        (metric name -> group -> weight), in ``weights`` order."""
+        metrics = {name: weighted_accuracy(groups, w) for name, w in weights.items()}
+        return cls(metrics=metrics, groups=groups, weights=weights)
+
+    def item_values(
+        self, items: Sequence[ContrastItem | CaptionContrastItem], correct: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Each metric's per-item values: float64 ``(N,)`` whose mean is the metric (up to
+        rounding) and whose stratified bootstrap by ``item.group`` resamples it
+        (:func:`~xmr.metrics.bootstrap.group_weighted_values`); an item of group ``g`` holds
+        its correctness times ``w_g · N / (n_g · Σ w)``, 0 in a group the metric leaves out.
+        Metrics without :attr:`weights`, and those that are NaN (no group kept), have none.
+
+        Args:
+            items: the scored items, those :attr:`groups` were counted from.
+            correct: bool ``(N,)``, their verdicts in ``items`` order.
+        """
+        groups = [item.group for item in items]
+        return {
+            name: group_weighted_values(correct, groups, weights)
+            for name, weights in self.weights.items()
+            if not np.isnan(self.metrics[name])
+        }
 
 
 def item_image(item: ContrastItem) -> Image.Image:
@@ -191,7 +234,28 @@ def group_accuracies(
     return {group: GroupAccuracy(right[group] / n, n) for group, n in count.items()}
 
 
+def weighted_accuracy(groups: dict[str, GroupAccuracy], weights: dict[str, float]) -> float:
+    """``Σ_g w_g · accuracy_g / Σ_g w_g`` over the ``groups`` with a positive weight (a group
+    not in ``weights`` weighs 0); NaN when none has one."""
+    kept = [(weights[name], g.accuracy) for name, g in groups.items() if weights.get(name, 0) > 0]
+    if not kept:
+        return float("nan")
+    w, accuracy = np.array(kept).T
+    return float(np.sum(w * accuracy) / np.sum(w))
+
+
+def macro_weights(groups: dict[str, GroupAccuracy]) -> dict[str, float]:
+    """Weight 1 for each group not excluded: the macro accuracy's (the mean of their
+    accuracies)."""
+    return {name: 1.0 for name, group in groups.items() if group.excluded is None}
+
+
+def pooled_weights(groups: dict[str, GroupAccuracy]) -> dict[str, float]:
+    """Each group weighted by its item count: the pooled accuracy's (the share of all their
+    items answered right)."""
+    return {name: float(group.count) for name, group in groups.items()}
+
+
 def macro_accuracy(groups: dict[str, GroupAccuracy]) -> float:
     """The unweighted mean accuracy of the groups not excluded; NaN when none is left."""
-    kept = [group.accuracy for group in groups.values() if group.excluded is None]
-    return float(np.mean(kept)) if kept else float("nan")
+    return weighted_accuracy(groups, macro_weights(groups))

@@ -23,7 +23,7 @@ from xmr.benchmarks.items import (
     BenchmarkScore,
     ContrastItem,
     group_accuracies,
-    macro_accuracy,
+    macro_weights,
 )
 from xmr.data.coco import load_json
 from xmr.data.errors import DataError
@@ -130,6 +130,6 @@ def score_sugarcrepe(items: Sequence[ContrastItem], correct: np.ndarray) -> Benc
     unknown = sorted(set(groups) - set(ordered))
     if unknown:
         raise ValueError(f"not SugarCrepe categories: {unknown}")
-    metrics = {category_metric(c): group.accuracy for c, group in ordered.items()}
-    metrics[SUGARCREPE_MEAN_METRIC] = macro_accuracy(ordered)
-    return BenchmarkScore(metrics=metrics, groups=ordered)
+    weights = {category_metric(c): {c: 1.0} for c in ordered}
+    weights[SUGARCREPE_MEAN_METRIC] = macro_weights(ordered)
+    return BenchmarkScore.of(ordered, weights)

@@ -7,7 +7,13 @@ from xmr.data.images import load_image
 from xmr.data.records import Caption, EntityPhrase, ImageRecord, ObjectAnnotation
 from xmr.data.registry import DATASETS, dataset_splits, read_dataset
 from xmr.data.synthetic import SyntheticPair, read_synthetic
-from xmr.data.toyworld_reader import Counterfactual, read_counterfactuals, read_toyworld
+from xmr.data.toyworld_reader import (
+    Counterfactual,
+    GenderDesign,
+    read_counterfactuals,
+    read_gender_design,
+    read_toyworld,
+)
 
 __all__ = [
     "DATASETS",
@@ -16,6 +22,7 @@ __all__ = [
     "DataError",
     "DataIssue",
     "EntityPhrase",
+    "GenderDesign",
     "ImageRecord",
     "ObjectAnnotation",
     "SyntheticPair",
@@ -25,6 +32,7 @@ __all__ = [
     "read_counterfactuals",
     "read_dataset",
     "read_flickr30k",
+    "read_gender_design",
     "read_synthetic",
     "read_toyworld",
 ]

@@ -18,18 +18,20 @@ def cache_dir() -> Path:
 
 def default_toyworld(seed: int = 0, *, mode: str = "scene", progress: bool = True) -> Path:
     """Path of the default ToyWorld of ``mode`` (``scene`` or ``shop``) for ``seed``, generating it
-    on first use (``<cache>/toyworld/default-...`` or ``shop-...``).
+    on first use (``<cache>/toyworld/default-...`` or ``shop-...``, named by the xmr version
+    and :data:`~xmr.data.toyworld.world.WORLD_FORMAT`).
 
     Generation writes to a temporary folder renamed into place at the end, so an interrupted
     run never leaves a half-written world behind.
     """
     from xmr import __version__
     from xmr.data.toyworld import MODES, generate_world
+    from xmr.data.toyworld.world import WORLD_FORMAT
 
     if mode not in MODES:
         raise ValueError(f"unknown ToyWorld mode {mode!r}; choose one of {', '.join(MODES)}")
     name = "default" if mode == "scene" else mode
-    root = cache_dir() / "toyworld" / f"{name}-v{__version__}-seed{seed}"
+    root = cache_dir() / "toyworld" / f"{name}-v{__version__}-f{WORLD_FORMAT}-seed{seed}"
     if (root / "world.json").is_file():
         return root
     root.parent.mkdir(parents=True, exist_ok=True)

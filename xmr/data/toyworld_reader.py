@@ -41,6 +41,40 @@ def read_toyworld(
     return read_coco(root, split, year="", issues=issues)
 
 
+@dataclass(frozen=True)
+class GenderDesign:
+    """What a scene ToyWorld planted for Bias@K (its ``world.json``): the ``gender_splits``
+    built to measure it and the ``classes`` its ``gender_bias`` rules link to a gender."""
+
+    splits: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+
+    def split_for(self, split: str) -> str | None:
+        """The gender split that measures Bias@K for ``split``: ``gender_{split}`` when the
+        world has it, else None."""
+        name = f"gender_{split}"
+        return name if name in self.splits else None
+
+
+def read_gender_design(root: str | Path | ObjectPath) -> GenderDesign:
+    """The :class:`GenderDesign` of the ToyWorld at ``root``; empty for a folder without a
+    scene world's ``world.json`` (another dataset, a shop world, a world made before gender
+    splits). Raises :class:`DataError` naming ``world.json`` when it is malformed."""
+    path = as_path(root) / "world.json"
+    if not FileIndex().is_file(path):
+        return GenderDesign()
+    world = load_json(path)
+    config = world.get("config") if isinstance(world, dict) else None
+    if not isinstance(config, dict) or world.get("mode", "scene") != "scene":
+        return GenderDesign()
+    try:
+        splits = tuple(str(s) for s in config.get("gender_splits", ()))
+        classes = tuple(dict.fromkeys(str(g["with"]) for g in config.get("gender_bias", ())))
+    except (KeyError, TypeError) as exc:
+        raise DataError(f"{path}: malformed gender_splits / gender_bias ({exc})") from exc
+    return GenderDesign(splits, classes)
+
+
 def _class_names(value: object) -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TypeError(f"{value!r} is not a list of class names")

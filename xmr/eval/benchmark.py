@@ -7,18 +7,30 @@ in memory); an item's score for a candidate is the cosine similarity of the two 
 embeddings, and the benchmark's rules turn the per-item verdicts (true candidate strictly above
 every negative) into its metrics. An item whose image
 cannot be read is not scored: it is named with its reason, like every item the reader skipped.
+
+Each metric comes with a seeded percentile bootstrap interval over the items (``config.bootstrap``
+resamples at ``config.confidence``; none for 0 resamples): the items of one subset are
+resampled together for all its metrics, within each group (relation, attribute pair,
+category, binding side and direction), so that a macro accuracy keeps every group's weight
+(:meth:`~xmr.benchmarks.BenchmarkScore.item_values`). The per-item values, keyed by item id and
+true caption, are what ``xmr compare`` pairs for two benchmark runs.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from xmr.benchmarks import (
     ARO_FILES,
     BenchmarkData,
+    BenchmarkScore,
+    CaptionContrastItem,
+    ContrastItem,
     GroupAccuracy,
     aro_subsets,
     read_aro,
@@ -32,7 +44,9 @@ from xmr.benchmarks import (
 from xmr.data import DataIssue
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import Encoder
+from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery
+from xmr.metrics import Interval
 from xmr.models import RetrievalModel, check_spec
 from xmr.storage import is_uri
 
@@ -55,6 +69,9 @@ class BenchmarkResult:
         issues: every unscored row or item with its reason.
         timings: seconds for ``read_s``, ``encode_s``, ``total_s``.
         device: where the model ran.
+        intervals: each metric's bootstrap interval (none when ``config.bootstrap`` is 0).
+        per_query: per subset, its scored items (key ``"<item id>:<true caption>"``, stratum
+            the item's group) and each metric's per-item values, whose mean is the metric.
     """
 
     benchmark: str
@@ -66,6 +83,8 @@ class BenchmarkResult:
     issues: list[DataIssue]
     timings: dict[str, float]
     device: str
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    per_query: dict[str, QueryValues] = field(default_factory=dict)
 
     def params(self, config: EvalConfig) -> dict[str, str]:
         """Namespaced MLflow params: the model's and the benchmark's."""
@@ -77,13 +96,20 @@ class BenchmarkResult:
             "eval.batch_size": str(config.batch_size),
             "eval.device": self.device,
             "eval.seed": str(config.seed),
+            "eval.bootstrap": str(config.bootstrap),
+            "eval.confidence": str(config.confidence),
         }
 
+    def interval_metrics(self) -> dict[str, float]:
+        """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
+        return interval_metrics(self.intervals)
+
     def to_json(self, config: EvalConfig) -> dict[str, Any]:
-        """What ``--output`` writes: ``{"config", "metrics", "groups", "counts", ...}``."""
+        """What ``--output`` writes: ``{"config", "metrics", "intervals", "groups", ...}``."""
         return {
             "config": self.params(config),
             "metrics": self.metrics,
+            "intervals": {name: i.to_json() for name, i in self.intervals.items()},
             "groups": {
                 subset: {
                     name: {"accuracy": g.accuracy, "count": g.count, "excluded": g.excluded}
@@ -197,6 +223,7 @@ def run_benchmark(
     ]
     metrics: dict[str, float] = {}
     groups: dict[str, dict[str, GroupAccuracy]] = {}
+    per_query: dict[str, QueryValues] = {}
     first = first_caption = 0
     for name, read in subsets.items():
         readable = [i for i in range(first, first + len(read.items)) if not item_errors[i]]
@@ -208,19 +235,27 @@ def run_benchmark(
             continue
         kept = [items[i] for i in readable]
         correct = true_caption_wins([scores[i] for i in readable])
+        kept_captions = [caption_items[j] for j in readable_captions]
+        caption_correct = true_caption_wins([caption_scores[j] for j in readable_captions])
         if benchmark == "sugarcrepe":
             score = score_sugarcrepe(kept, correct)
         elif benchmark == "toyworld-binding":
-            score = score_binding(
-                kept,
-                correct,
-                [caption_items[j] for j in readable_captions],
-                true_caption_wins([caption_scores[j] for j in readable_captions]),
-            )
+            score = score_binding(kept, correct, kept_captions, caption_correct)
         else:
             score = score_aro(name, kept, correct)
         metrics.update(score.metrics)
         groups[name] = score.groups
+        per_query[name] = _item_values(
+            score, [*kept, *kept_captions], np.concatenate([correct, caption_correct])
+        )
+    # One stratified draw of each subset's items for all its metrics; the value as scored (the
+    # per-item values average to it up to rounding).
+    intervals = {
+        name: replace(interval, value=metrics[name])
+        for name, interval in intervals_of(
+            per_query, resamples=config.bootstrap, confidence=config.confidence, seed=config.seed
+        ).items()
+    }
     timings["total_s"] = time.perf_counter() - start
     skipped = sum(len(read.skipped) for read in subsets.values())
     unreadable = sum(bool(error) for error in item_errors + caption_errors)
@@ -236,4 +271,22 @@ def run_benchmark(
         issues,
         timings,
         encoder.device,
+        intervals,
+        per_query,
     )  # fmt: skip
+
+
+def _item_values(
+    score: BenchmarkScore,
+    items: list[ContrastItem | CaptionContrastItem],
+    correct: np.ndarray,
+) -> QueryValues:
+    """One subset's scored items as a query set: each keyed by its id and true caption (so that
+    another benchmark file with the same ids is told apart), its group as its stratum, and
+    each metric's per-item values."""
+    keys = [
+        f"{item.item_id}:{item.captions[0] if isinstance(item, ContrastItem) else item.caption}"
+        for item in items
+    ]
+    strata = [item.group for item in items]
+    return QueryValues(keys, score.item_values(items, correct), strata)

@@ -28,6 +28,8 @@ class EvalConfig:
     data: StoragePath | None = None  # None: the embedded default ToyWorld
     split: str = "test"
     metrics: tuple[str, ...] = METRIC_GROUPS
+    bias_split: str | None = None  # None: the world's gender_<split>, else split (GenderDesign)
+    bias_classes: tuple[str, ...] | None = None  # None: the world's gender_bias classes
     ks: tuple[int, ...] = (1, 5, 10)
     batch_size: int = 128
     actors: int | None = None  # None: per GPU, else per CPU core (max 4); 2+ batches each
@@ -91,6 +93,10 @@ class EvalConfig:
             "data.root": str(self.data or "default toyworld"),
             "data.split": self.split,
             "eval.metrics": ",".join(self.metrics),
+            "eval.bias_split": self.bias_split or "world default",
+            "eval.bias_classes": (
+                "world default" if self.bias_classes is None else ",".join(self.bias_classes)
+            ),
             "eval.ks": ",".join(map(str, self.ks)),
             "eval.batch_size": str(self.batch_size),
             "eval.device": self.device,
@@ -117,12 +123,14 @@ def eval_config(
     pretrained: str | None = "none",
     checkpoint: StoragePath | str | None = None,
     metrics: str | Sequence[str] = METRIC_GROUPS,
+    bias_classes: str | Sequence[str] | None = None,
     **fields: Any,
 ) -> EvalConfig:
     """An :class:`EvalConfig` from ``xmr eval``'s options (the names of its flags).
 
     The family and architecture default to the checkpoint's, else ``clip`` / ``xmr-tiny``;
-    ``pretrained="none"`` (or None) means random init; ``metrics`` may be comma-separated.
+    ``pretrained="none"`` (or None) means random init; ``metrics`` and ``bias_classes`` may be
+    comma-separated.
     """
     checkpoint = as_path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and (model is None or arch is None):
@@ -136,4 +144,7 @@ def eval_config(
     )
     if isinstance(metrics, str):
         metrics = [m.strip() for m in metrics.split(",") if m.strip()]
-    return EvalConfig(model=spec, metrics=tuple(metrics), **fields)
+    if isinstance(bias_classes, str):
+        bias_classes = [c.strip() for c in bias_classes.split(",") if c.strip()]
+    classes = None if bias_classes is None else tuple(bias_classes)
+    return EvalConfig(model=spec, metrics=tuple(metrics), bias_classes=classes, **fields)

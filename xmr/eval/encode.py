@@ -19,7 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xmr.data import DataIssue, dataset_splits, read_counterfactuals, read_dataset
+from xmr.data import (
+    DataIssue,
+    GenderDesign,
+    dataset_splits,
+    read_counterfactuals,
+    read_dataset,
+    read_gender_design,
+)
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
 from xmr.eval.config import EvalConfig
@@ -35,7 +42,7 @@ from xmr.eval.protocol import (
 from xmr.models import RetrievalModel, check_spec
 from xmr.pipeline import Resources, run_local
 from xmr.storage import StoragePath, storage_path
-from xmr.text import caption_mentions
+from xmr.text import COCO_CLASS_WORDS, FLICKR30K_ODMAP_CLASSES, caption_mentions
 
 
 @dataclass
@@ -44,10 +51,13 @@ class EncodedSplit:
     CLIP-clip.
 
     ``image_emb`` ``[len(image_queries), D]`` holds the split's images first, then the ODmAP
-    queries; ``text_emb`` ``[T, D]`` the ODmAP gallery (or the split's captions) followed by the
-    gender-neutral Bias@K queries. ``mi_emb`` ``[M, D]`` are the images that estimate the mutual
-    information with their ``mi_genders`` (empty unless asked for). Rows that failed to encode
-    are zero and have a reason in ``image_errors``.
+    queries, then the images of ``bias_split`` when that is another split; ``text_emb``
+    ``[T, D]`` the ODmAP gallery (or the split's captions) followed by the gender-neutral Bias@K
+    queries. Bias@K ranks the images at rows ``bias_rows`` (int ``[B]``, genders ``genders``)
+    for the ``bias_texts``; ``bias_mentions`` are the classes each of them mentions, for the
+    per-class Bias@K of ``bias_classes``. ``mi_emb`` ``[M, D]`` are the images that estimate
+    the mutual information with their ``mi_genders`` (empty unless asked for). Rows that failed
+    to encode are zero and have a reason in ``image_errors``.
     """
 
     config: EvalConfig
@@ -55,8 +65,12 @@ class EncodedSplit:
     records: list[ImageRecord]
     retrieval: RetrievalSet
     odmap: ODmAPSet | None
+    bias_split: str
     bias_texts: list[str]
     genders: list[str]
+    bias_rows: np.ndarray
+    bias_classes: tuple[str, ...]
+    bias_mentions: list[set[str]]
     image_queries: list[ImageQuery]
     image_emb: np.ndarray
     image_errors: list[str]
@@ -91,8 +105,9 @@ def encode(
     if not records:
         raise ValueError(f"{root}: split {config.split!r} has no usable images")
     retrieval = RetrievalSet.from_records(records)
-    odmap = _odmap_set(config, root, records, issues) if "odmap" in config.metrics else None
-    bias_texts, genders = neutral_queries(records) if "bias" in config.metrics else ([], [])
+    design = read_gender_design(root) if config.dataset == "toyworld" else GenderDesign()
+    odmap = _odmap_set(config, root, records, issues, design) if "odmap" in config.metrics else None
+    bias = _BiasSet.read(config, root, records, design, issues)
     with_mi = config.clip_m > 0 if mi_features is None else mi_features
     mi_records = _mi_records(config, root, records) if with_mi else []
     timings["prepare_s"] = time.perf_counter() - start
@@ -100,11 +115,16 @@ def encode(
     encoder = Encoder(config, model, address)
     t0 = time.perf_counter()
     image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
+    if bias.split == config.split:
+        bias_rows = np.arange(len(records))
+    else:
+        bias_rows = np.arange(len(image_queries), len(image_queries) + len(bias.records))
+        image_queries += [ImageQuery(r.path) for r in bias.records]
     mi_queries = [ImageQuery(r.path) for r in mi_records]
     # The test captions come first in the ODmAP gallery, so they are encoded once.
     gallery_texts = odmap.gallery if odmap else retrieval.captions
     all_emb, all_errors, text_emb = encoder.encode(
-        image_queries + mi_queries, gallery_texts + bias_texts
+        image_queries + mi_queries, gallery_texts + bias.texts
     )
     n_queries = len(image_queries)
     image_emb, image_errors = all_emb[:n_queries], all_errors[:n_queries]
@@ -117,9 +137,55 @@ def encode(
             issues.append(DataIssue(str(query.path), error))
     timings["total_s"] = time.perf_counter() - start
     return EncodedSplit(
-        config, storage_path(root), records, retrieval, odmap, bias_texts, genders, image_queries,
-        image_emb, image_errors, text_emb, mi_emb, mi_genders, issues, timings, encoder.device,
+        config, storage_path(root), records, retrieval, odmap, bias.split, bias.texts,
+        bias.genders, bias_rows, bias.classes, bias.mentions, image_queries, image_emb,
+        image_errors, text_emb, mi_emb, mi_genders, issues, timings, encoder.device,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _BiasSet:
+    """Bias@K's inputs: the images it ranks (of ``split``), their gender labels, the
+    gender-neutral caption queries, and the classes each query mentions (for the per-class
+    Bias@K of ``classes``; only worked out when there are some)."""
+
+    split: str
+    records: list[ImageRecord]
+    genders: list[str]
+    texts: list[str]
+    classes: tuple[str, ...]
+    mentions: list[set[str]]
+
+    @classmethod
+    def read(
+        cls,
+        config: EvalConfig,
+        root: StoragePath,
+        records: list[ImageRecord],
+        design: GenderDesign,
+        issues: list[DataIssue],
+    ) -> _BiasSet:
+        """Bias@K's split: ``config.bias_split``, else the world's gender split for
+        ``config.split`` (:class:`GenderDesign`), else the scored split itself; empty when
+        ``bias`` is not among the metrics."""
+        if "bias" not in config.metrics:
+            return cls(config.split, [], [], [], (), [])
+        split = config.bias_split or design.split_for(config.split) or config.split
+        if split != config.split:
+            records = read_dataset(config.dataset, root, split, issues=issues)
+            if not records:
+                raise ValueError(f"{root}: --bias-split {split!r} has no usable images")
+        classes = design.classes if config.bias_classes is None else config.bias_classes
+        known = FLICKR30K_ODMAP_CLASSES if config.dataset == "flickr30k" else COCO_CLASS_WORDS
+        unknown = [c for c in classes if c not in known]
+        if unknown:
+            raise ValueError(
+                f"--bias-classes: unknown {unknown} for {config.dataset}; "
+                f"choose from {', '.join(sorted(known))}"
+            )
+        texts, genders = neutral_queries(records)
+        mentions = caption_mentions(config.dataset, records) if classes else []
+        return cls(split, records, genders, texts, tuple(classes), mentions)
 
 
 BATCHES_PER_ACTOR = 2
@@ -213,9 +279,14 @@ class Encoder:
 
 
 def _odmap_set(
-    config: EvalConfig, root: StoragePath, records: list[ImageRecord], issues: list[DataIssue]
+    config: EvalConfig,
+    root: StoragePath,
+    records: list[ImageRecord],
+    issues: list[DataIssue],
+    design: GenderDesign,
 ) -> ODmAPSet:
-    """ODmAP queries and the all-splits caption gallery (see :mod:`xmr.eval.protocol`)."""
+    """ODmAP queries and the all-splits caption gallery (see :mod:`xmr.eval.protocol`); a
+    ToyWorld's gender splits are Bias@K's and stay out of the gallery."""
     if config.dataset == "toyworld":
         cfs = read_counterfactuals(root, config.split)
         queries = [ImageQuery(cf.path) for cf in cfs]
@@ -228,7 +299,7 @@ def _odmap_set(
         )
     gallery_records = list(records)
     for split in dataset_splits(config.dataset, root):
-        if split != config.split:
+        if split != config.split and split not in design.splits:
             gallery_records += read_dataset(config.dataset, root, split, issues=issues)
     gallery = [text for record in gallery_records for text in record.caption_texts]
     return ODmAPSet(

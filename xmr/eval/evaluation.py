@@ -31,7 +31,7 @@ class Evaluation:
     def print(self) -> None:
         """The console report: the metrics table (and, for a split, the skipped items)."""
         if isinstance(self.result, BenchmarkResult):
-            report.print_benchmark(self.result)
+            report.print_benchmark(self.result, self.config)
         else:
             report.print_report(self.result, self.config)
 

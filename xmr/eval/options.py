@@ -42,6 +42,16 @@ class EvalOptions:
         None, "Checkpoint to load, a path or s3://… (e.g. xmr-runs/<run>/last.pt)."
     )
     metrics: str = option("recall,odmap,bias", "Comma-separated: recall,odmap,bias.")
+    bias_split: str | None = option(
+        None,
+        "Split whose images and gender-neutral captions Bias@K ranks (default: the ToyWorld's "
+        "gender split gender_<split> when it has one, else --split).",
+    )
+    bias_classes: str | None = option(
+        None,
+        "Comma-separated classes that each get a Bias@K over the queries mentioning them "
+        "(default: the ToyWorld's gender_bias classes; none elsewhere).",
+    )
     batch_size: int = option(128, "Encoding batch size.", ge=1)
     actors: int | None = option(
         None, "Encoder actors (default: one per GPU or CPU core, at most one per 2 batches).", ge=1

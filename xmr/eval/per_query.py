@@ -2,11 +2,16 @@
 comparison of two evaluations needs.
 
 An evaluation's metrics are means over query sets: ``i2t`` (the split's images), ``t2i`` (its
-captions), ``odmap`` (the object-removed queries) and ``bias`` (the gender-neutral captions).
+captions), ``odmap`` (the object-removed queries) and ``bias`` (the gender-neutral captions); a
+benchmark's over its items (``vg-relation``, ``sugarcrepe``, ``binding``, ...); product
+retrieval's over its image and text queries (``products_i2t``, ``subcat_t2i``, ...).
 :class:`QueryValues` holds one set's queries (a key that names each, so that two runs can be
-checked to have scored the same queries) and each metric's ``[Q]`` values. They are written as
+checked to have scored the same queries), each metric's ``[Q]`` values and, for a benchmark,
+each query's stratum (its relation, category, ...: macro accuracies are resampled within them,
+:func:`~xmr.metrics.bootstrap.bootstrap_stratified_means`). They are written as
 ``per_query.parquet`` (MLflow artifact of every evaluation and training run), one row per
-(query set, query, metric): columns ``query_set``, ``query``, ``metric``, ``value``.
+(query set, query, metric): columns ``query_set``, ``query``, ``metric``, ``value`` and
+``stratum`` (null when the set has none; a file without the column reads as none).
 """
 
 from __future__ import annotations
@@ -28,39 +33,60 @@ SCHEMA = pa.schema(
         ("query", pa.string()),
         ("metric", pa.string()),
         ("value", pa.float64()),
+        ("stratum", pa.string()),
     ]
 )
+_REQUIRED = ("query_set", "query", "metric", "value")  # files written before strata lack one
 
 
 @dataclass
 class QueryValues:
     """One query set: ``keys`` ``[Q]`` (each query's identity, e.g. ``"1234:a dog on grass"``
     for an image id and its first caption, ``"1234#2:a red car"`` for that image's third
-    caption) and metric name -> float64 ``[Q]`` values."""
+    caption) and metric name -> float64 ``[Q]`` values; ``strata``: ``[Q]`` each query's
+    stratum (a benchmark item's group), None for one stratum of all queries."""
 
     keys: list[str]
     values: dict[str, np.ndarray]
+    strata: list[str] | None = None
 
     def __post_init__(self) -> None:
         for name, column in self.values.items():
             if len(column) != len(self.keys):
                 raise ValueError(f"{name}: {len(column)} values for {len(self.keys)} queries")
+        if self.strata is not None and len(self.strata) != len(self.keys):
+            raise ValueError(f"{len(self.strata)} strata for {len(self.keys)} queries")
 
 
 def intervals_of(
     sets: Mapping[str, QueryValues], *, resamples: int, confidence: float, seed: int
 ) -> dict[str, Interval]:
-    """Each metric's bootstrap interval, a set's metrics resampled together; none for a set
-    without queries or when ``resamples`` is 0."""
+    """Each metric's bootstrap interval, a set's metrics resampled together (within its strata,
+    if it has any); none for a set without queries or when ``resamples`` is 0."""
     intervals: dict[str, Interval] = {}
     if not resamples:
         return intervals
     for values in sets.values():
         if values.keys and values.values:
             intervals.update(
-                mean_intervals(values.values, resamples=resamples, confidence=confidence, seed=seed)
+                mean_intervals(
+                    values.values,
+                    strata=values.strata,
+                    resamples=resamples,
+                    confidence=confidence,
+                    seed=seed,
+                )
             )
     return intervals
+
+
+def interval_metrics(intervals: Mapping[str, Interval]) -> dict[str, float]:
+    """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
+    return {
+        f"{name}_ci_{end}": value
+        for name, interval in intervals.items()
+        for end, value in (("low", interval.low), ("high", interval.high))
+    }
 
 
 def paired_differences(
@@ -72,12 +98,13 @@ def paired_differences(
     seed: int,
 ) -> dict[str, Interval]:
     """``second − first`` of every metric both have (in ``first``'s order), with a paired
-    bootstrap interval over the queries they share by construction.
+    bootstrap interval over the queries they share by construction (within the set's strata,
+    if it has any: a macro accuracy's difference is resampled as the accuracy is).
 
     Raises:
         ValueError: a query set of both that holds other queries (another split or dataset,
             images that failed to encode in one run only), naming the set and the first query
-            that differs.
+            that differs; or the same queries in other strata.
     """
     out: dict[str, Interval] = {}
     for name in [name for name in first if name in second]:
@@ -94,10 +121,17 @@ def paired_differences(
                 f"query {n} is {left!r} vs {right!r}): a paired comparison needs the same test "
                 "set (the same dataset and split; the default ToyWorld depends on --seed)"
             )
+        if a.strata != b.strata:
+            raise ValueError(f"the runs grouped their {name} queries differently")
         if a.keys:
             out.update(
                 paired_intervals(
-                    a.values, b.values, resamples=resamples, confidence=confidence, seed=seed
+                    a.values,
+                    b.values,
+                    strata=a.strata,
+                    resamples=resamples,
+                    confidence=confidence,
+                    seed=seed,
                 )
             )
     return out
@@ -112,22 +146,27 @@ def to_table(sets: Mapping[str, QueryValues]) -> pa.Table:
             columns["query"] += values.keys
             columns["metric"] += [metric] * len(values.keys)
             columns["value"].append(np.asarray(column, np.float64))
+            columns["stratum"] += values.strata or [None] * len(values.keys)
     columns["value"] = np.concatenate(columns["value"]) if columns["value"] else []
     return pa.table(columns, schema=SCHEMA)
 
 
 def from_table(table: pa.Table) -> dict[str, QueryValues]:
-    """The query sets of a :func:`to_table` table (query order kept)."""
+    """The query sets of a :func:`to_table` table (query order kept; a table without the
+    ``stratum`` column has no strata)."""
     sets: dict[str, QueryValues] = {}
-    frame = table.select(SCHEMA.names).to_pydict()
-    rows: dict[tuple[str, str], tuple[list[str], list[float]]] = {}
-    for query_set, query, metric, value in zip(*frame.values(), strict=True):
-        keys, values = rows.setdefault((query_set, metric), ([], []))
+    frame = table.select([n for n in SCHEMA.names if n in table.column_names]).to_pydict()
+    strata = frame.pop("stratum", [None] * table.num_rows)
+    rows: dict[tuple[str, str], tuple[list[str], list[float], list[str | None]]] = {}
+    for query_set, query, metric, value, stratum in zip(*frame.values(), strata, strict=True):
+        keys, values, groups = rows.setdefault((query_set, metric), ([], [], []))
         keys.append(query)
         values.append(value)
-    for (query_set, metric), (keys, values) in rows.items():
-        found = sets.setdefault(query_set, QueryValues(keys, {}))
-        if found.keys != keys:
+        groups.append(stratum)
+    for (query_set, metric), (keys, values, groups) in rows.items():
+        stratified = None if all(g is None for g in groups) else groups
+        found = sets.setdefault(query_set, QueryValues(keys, {}, stratified))
+        if found.keys != keys or found.strata != stratified:
             raise ValueError(f"{query_set}: {metric} has other queries than the set's first metric")
         found.values[metric] = np.array(values, np.float64)
     return sets
@@ -143,7 +182,7 @@ def read_per_query(path: Path) -> dict[str, QueryValues]:
     """The query sets written by :func:`write_per_query`. ``ValueError`` names a file that is
     not such a table."""
     table = pq.read_table(path)
-    missing = set(SCHEMA.names) - set(table.column_names)
+    missing = set(_REQUIRED) - set(table.column_names)
     if missing:
         raise ValueError(f"{path}: not a per-query table (no {', '.join(sorted(missing))} column)")
     return from_table(table)

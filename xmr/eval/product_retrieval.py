@@ -32,16 +32,21 @@ Here, over the records of one split:
   of both directions at every K, the paper's scale (its Table 1 SumR 302 is
   25.7+54.5+66.8+28.4+57.1+69.4).
 
+Every Rank@K comes with a seeded percentile bootstrap interval over its queries (each
+direction and protocol is one query set, its Ks resampled together), and its per-query hits are
+kept (:class:`ProductRetrievalResult`) for ``xmr compare`` to pair two models on the same
+queries. SumR, a sum over both directions' query sets, has none.
+
 Texts are embedded with the model's entity-aware encoder when it has one
 (:class:`ProductTextEncoder`: EI-CLIP's ``encode_product_texts``), else with ``encode_texts``.
-Recall is :func:`xmr.metrics.recall_at_k`; the full protocol ranks with
+Recall is the mean of :func:`xmr.metrics.recall_hits`; the full protocol ranks with
 :func:`xmr.retrieval.topk_similarity`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -50,7 +55,9 @@ import torch
 
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
-from xmr.metrics import recall_at_k, summed_recall
+from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
+from xmr.metrics import Interval, recall_hits, summed_recall
+from xmr.metrics.bootstrap import CONFIDENCE, RESAMPLES
 from xmr.metrics.ranking import check_ks
 from xmr.models import RetrievalModel
 from xmr.retrieval import topk_similarity
@@ -146,10 +153,22 @@ class ProductSet:
 
 @dataclass
 class ProductRetrievalResult:
-    """Metrics (MLflow names) and counts of one product-retrieval evaluation."""
+    """Metrics (MLflow names) and counts of one product-retrieval evaluation.
+
+    ``intervals``: each Rank@K's bootstrap interval (none with 0 resamples); ``per_query``:
+    query set (``products_i2t``, ``products_t2i``, ``subcat_i2t``, ``subcat_t2i``) -> its
+    queries (an image: ``"<image id>:<its first text>"``; a text: ``"<product id>:<text>"``)
+    and their hits at each K, whose means are the metrics.
+    """
 
     metrics: dict[str, float]
     counts: dict[str, int]
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    per_query: dict[str, QueryValues] = field(default_factory=dict)
+
+    def interval_metrics(self) -> dict[str, float]:
+        """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
+        return interval_metrics(self.intervals)
 
 
 def _items_by_product(item_product: np.ndarray, num_products: int) -> list[np.ndarray]:
@@ -159,6 +178,22 @@ def _items_by_product(item_product: np.ndarray, num_products: int) -> list[np.nd
     return [order[bounds[p] : bounds[p + 1]] for p in range(num_products)]
 
 
+def full_hits(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    query_product: np.ndarray,
+    gallery_product: np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+) -> dict[int, np.ndarray]:
+    """Per query, whether it hits at each K over the whole gallery (``{K: bool [Q]}``): when
+    any item of its product ranks in the top K. ``queries`` ``[Q, D]`` and ``gallery``
+    ``[G, D]`` normalised; products ``[Q]``, ``[G]``."""
+    num_products = int(max(query_product.max(), gallery_product.max())) + 1
+    items = _items_by_product(gallery_product, num_products)
+    positives = [set(items[p].tolist()) for p in query_product.tolist()]
+    return recall_hits(topk_similarity(queries, gallery, max(ks)), positives, ks)
+
+
 def full_recall(
     queries: torch.Tensor,
     gallery: torch.Tensor,
@@ -166,13 +201,9 @@ def full_recall(
     gallery_product: np.ndarray,
     ks: Sequence[int] = (1, 5, 10),
 ) -> dict[int, float]:
-    """Recall@K over the whole gallery: a query hits when any item of its product ranks in the
-    top K. ``queries`` ``[Q, D]`` and ``gallery`` ``[G, D]`` normalised; products ``[Q]``, ``[G]``.
-    """
-    num_products = int(max(query_product.max(), gallery_product.max())) + 1
-    items = _items_by_product(gallery_product, num_products)
-    positives = [set(items[p].tolist()) for p in query_product.tolist()]
-    return recall_at_k(topk_similarity(queries, gallery, max(ks)), positives, ks)
+    """Recall@K over the whole gallery: the mean of :func:`full_hits` (same arguments)."""
+    hits = full_hits(queries, gallery, query_product, gallery_product, ks)
+    return {k: float(hit.mean()) for k, hit in hits.items()}
 
 
 def sample_candidates(
@@ -210,7 +241,7 @@ def sample_candidates(
     return out
 
 
-def candidate_recall(
+def candidate_hits(
     queries: torch.Tensor,
     gallery: torch.Tensor,
     candidates: Sequence[np.ndarray | None],
@@ -218,13 +249,16 @@ def candidate_recall(
     gallery_product: np.ndarray,
     ks: Sequence[int] = (1, 5, 10),
     chunk: int = 1024,
-) -> tuple[dict[int, float], int]:
-    """Recall@K of each query ranked against its own candidates only (``None``: skipped).
+) -> tuple[dict[int, np.ndarray], list[int]]:
+    """Per query ranked against its own candidates only (``None``: skipped), whether it hits.
 
     ``queries`` ``[Q, D]`` and ``gallery`` ``[G, D]`` normalised; ``candidates[q]`` gallery
     indices in gallery order (equal scores rank the lower gallery index first, as in the full
-    ranking). A query hits when an item of its product ranks in its top K. Returns the recalls
-    and the number of queries evaluated.
+    ranking). A query hits at K when an item of its product ranks in its top K.
+
+    Returns:
+        ``{K: bool [E]}`` for the ``E`` queries evaluated, and their indices (``E`` of ``Q``,
+        ascending).
 
     Raises:
         ValueError: no query has candidates.
@@ -251,7 +285,28 @@ def candidate_recall(
         set(np.flatnonzero(valid[row] & (gallery_product[index[row]] == query_product[q])))
         for row, q in enumerate(kept)
     ]
-    return recall_at_k(scores, positives, ks), len(kept)
+    return recall_hits(scores, positives, ks), kept
+
+
+def candidate_recall(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    candidates: Sequence[np.ndarray | None],
+    query_product: np.ndarray,
+    gallery_product: np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+    chunk: int = 1024,
+) -> tuple[dict[int, float], int]:
+    """Recall@K of each query ranked against its own candidates only: the mean of
+    :func:`candidate_hits` (same arguments), and the number of queries evaluated.
+
+    Raises:
+        ValueError: no query has candidates.
+    """
+    hits, kept = candidate_hits(
+        queries, gallery, candidates, query_product, gallery_product, ks, chunk
+    )
+    return {k: float(hit.mean()) for k, hit in hits.items()}, len(kept)
 
 
 def encode_images(model: RetrievalModel, paths: Sequence[Path], batch_size: int) -> torch.Tensor:
@@ -297,12 +352,15 @@ def product_retrieval(
     subcategory_group: str = SUBCATEGORY_GROUP,
     discard_groups: Sequence[str] = DISCARD_GROUPS,
     batch_size: int = 64,
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
 ) -> ProductRetrievalResult:
     """Evaluate ``model`` on the products of ``records`` (one split) with ``protocols``.
 
     ``product_ids``: image id -> product id (Fashion-Gen's ``read_product_ids``); ``candidates``:
     negatives sampled per query in the ``subcat`` protocol, from ``np.random.default_rng([seed,
     d])`` for direction ``d`` (0: i2t, 1: t2i). See the module docstring for the protocols.
+    ``resamples`` (0: none) and ``confidence``: the bootstrap intervals', seeded by ``seed``.
 
     Raises:
         ValueError: an unknown protocol or bad ``ks``; ``subcat`` on records without any
@@ -332,34 +390,61 @@ def product_retrieval(
         "i2t": (images, texts, products.image_product, products.text_product),
         "t2i": (texts, images, products.text_product, products.image_product),
     }
+    # The queries' identities, with their text (another data set with the same ids is told
+    # apart): an image's id and its first text; a text's product id and the text.
+    keys = {
+        "i2t": [f"{r.image_id}:{r.caption_texts[0] if r.caption_texts else ''}" for r in records],
+        "t2i": [
+            f"{products.product_ids[p]}:{text}"
+            for p, text in zip(products.text_product.tolist(), products.texts, strict=True)
+        ],
+    }
+    per_query: dict[str, QueryValues] = {}
     if "full" in protocols:
-        recalls = {d: full_recall(*views[d], ks) for d in DIRECTIONS}
         for d in DIRECTIONS:
-            for k in ks:
-                metrics[f"{prefix}recall_{d}_at_{k}"] = recalls[d][k]
-        metrics[f"{prefix}sumr"] = summed_recall(recalls.values())
+            hits = full_hits(*views[d], ks)
+            per_query[f"products_{d}"] = _query_set(hits, keys[d], f"{prefix}recall_{d}_at_")
+        recalls = _recalls(per_query[f"products_{d}"] for d in DIRECTIONS)
+        metrics.update({name: r for direction in recalls for name, r in direction.items()})
+        metrics[f"{prefix}sumr"] = summed_recall(recalls)
     if "subcat" in protocols:
         if isinstance(model, ProductTextEncoder):
             kept = {g: v for g, v in products.text_entities.items() if g not in discard_groups}
             texts = encode_product_texts(model, products.texts, kept, batch_size)
             views["i2t"] = (images, texts, *views["i2t"][2:])
             views["t2i"] = (texts, images, *views["t2i"][2:])
-        recalls = {}
         for n, d in enumerate(DIRECTIONS):
             queries, gallery, query_product, gallery_product = views[d]
             rng = np.random.default_rng([seed, n])
             sets = sample_candidates(
                 query_product, gallery_product, products.product_subcategory, candidates, rng
             )
-            recalls[d], evaluated = candidate_recall(
+            hits, evaluated = candidate_hits(
                 queries, gallery, sets, query_product, gallery_product, ks
             )
-            counts[f"subcat_queries_{d}"] = evaluated
-            counts[f"subcat_skipped_{d}"] = len(sets) - evaluated
-            for k in ks:
-                metrics[f"{prefix}subcat_recall_{d}_at_{k}"] = recalls[d][k]
-        metrics[f"{prefix}subcat_sumr"] = summed_recall(recalls.values())
-    return ProductRetrievalResult(metrics, counts)
+            per_query[f"subcat_{d}"] = _query_set(
+                hits, [keys[d][q] for q in evaluated], f"{prefix}subcat_recall_{d}_at_"
+            )
+            counts[f"subcat_queries_{d}"] = len(evaluated)
+            counts[f"subcat_skipped_{d}"] = len(sets) - len(evaluated)
+        recalls = _recalls(per_query[f"subcat_{d}"] for d in DIRECTIONS)
+        metrics.update({name: r for direction in recalls for name, r in direction.items()})
+        metrics[f"{prefix}subcat_sumr"] = summed_recall(recalls)
+    intervals = intervals_of(per_query, resamples=resamples, confidence=confidence, seed=seed)
+    return ProductRetrievalResult(metrics, counts, intervals, per_query)
+
+
+def _query_set(hits: Mapping[int, np.ndarray], keys: Sequence[str], stem: str) -> QueryValues:
+    """The hits ``{K: bool [E]}`` of the ``E`` queries named by ``keys`` as a query set, metric
+    ``{stem}{K}`` (1.0: a hit)."""
+    return QueryValues(
+        list(keys), {f"{stem}{k}": hit.astype(np.float64) for k, hit in hits.items()}
+    )
+
+
+def _recalls(sets: Iterable[QueryValues]) -> list[dict[str, float]]:
+    """Per query set, each metric's mean over its queries (its Recall@K)."""
+    return [{name: float(v.mean()) for name, v in s.values.items()} for s in sets]
 
 
 __all__ = [
@@ -369,9 +454,11 @@ __all__ = [
     "ProductRetrievalResult",
     "ProductSet",
     "ProductTextEncoder",
+    "candidate_hits",
     "candidate_recall",
     "encode_images",
     "encode_product_texts",
+    "full_hits",
     "full_recall",
     "product_retrieval",
     "sample_candidates",

@@ -55,7 +55,23 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
 
         cells = (cell(names[k]) if k in names else "" for k in ks)
         table.add_row(f"{label} {direction.symbol}", *cells)
+        for suffix in _class_suffixes(result.metrics, stem, ks):
+            per_class = {k: f"{names[k]}_{suffix}" for k in names}
+            cells = (cell(per_class[k]) if per_class.get(k) in result.metrics else "" for k in ks)
+            table.add_row(f"  {suffix.replace('_', ' ')}", *cells)
     return table
+
+
+def _class_suffixes(metrics: dict[str, float], stem: str, ks: tuple[int, ...]) -> list[str]:
+    """The classes with a metric of their own (``test/bias_at_10_cup`` -> ``cup``), in order."""
+    suffixes = []
+    for name in metrics:
+        last = name.rsplit("/", 1)[-1]
+        for k in ks:
+            prefix = f"{stem}{k}_"
+            if last.startswith(prefix) and "_ci_" not in last:
+                suffixes.append(last.removeprefix(prefix))
+    return list(dict.fromkeys(suffixes))
 
 
 def print_report(result: EvalResult, config: EvalConfig, console: Console | None = None) -> None:
@@ -68,6 +84,8 @@ def print_report(result: EvalResult, config: EvalConfig, console: Console | None
         )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
     console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s[/dim]")
+    if result.bias_split not in (None, config.split):
+        console.print(f"[dim]Bias@K ranks the {result.bias_split} split's images[/dim]")
     if result.clip is not None:
         clip = result.clip
         shown = ", ".join(map(str, clip.indices[:12])) + (" ..." if len(clip.indices) > 12 else "")
@@ -169,19 +187,32 @@ def log_result(
 
 
 def benchmark_table(result: BenchmarkResult) -> Table:
-    """The benchmark's metrics (accuracy, higher is better) in %, then how many items."""
+    """The benchmark's metrics (accuracy, higher is better) in %, each followed by its
+    bootstrap interval, ``[low, high]``, when there is one."""
     table = Table(title=f"xmr eval --benchmark {result.benchmark}")
     table.add_column("metric")
     table.add_column("accuracy ↑", justify="right")
     for name, value in result.metrics.items():
-        table.add_row(name, f"{100 * value:.1f}")
+        cell = f"{100 * value:.1f}"
+        interval = result.intervals.get(name)
+        if interval is not None:
+            bounds = f"[{100 * interval.low:.1f}, {100 * interval.high:.1f}]"
+            cell += f" [dim]{escape(bounds)}[/dim]"
+        table.add_row(name, cell)
     return table
 
 
-def print_benchmark(result: BenchmarkResult, console: Console | None = None) -> None:
+def print_benchmark(
+    result: BenchmarkResult, config: EvalConfig, console: Console | None = None
+) -> None:
     """The metrics table, the counts, the missing files and the unscored items."""
     console = console or Console()
     console.print(benchmark_table(result))
+    if result.intervals:
+        console.print(
+            f"[dim]{escape('[low, high]')}: {config.confidence:.0%} bootstrap intervals over "
+            f"the items, resampled within each group ({config.bootstrap} resamples)[/dim]"
+        )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
     console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s on {result.device}[/dim]")
     if result.missing:
@@ -202,7 +233,9 @@ def log_benchmark_to_mlflow(
     parent_run_id: str | None = None,
 ) -> str:
     """Log one benchmark run to ``experiment`` (default ``xmr/eval/<benchmark>``), nested
-    under ``parent_run_id`` when given (a job's step); returns the run id."""
+    under ``parent_run_id`` when given (a job's step): params, metrics and their intervals
+    (``..._ci_low``, ``..._ci_high``), counts, timings, the JSON and the per-item values
+    (``per_query.parquet``, what ``xmr compare`` pairs); returns the run id."""
     with start_run(
         experiment or experiment_name("eval", result.benchmark),
         run_name=run_name,
@@ -212,8 +245,11 @@ def log_benchmark_to_mlflow(
     ) as run:
         run.log_params(result.params(config))
         run.log_metrics(result.metrics)
+        run.log_metrics(result.interval_metrics())
         run.log_metrics({f"data/{k}": float(v) for k, v in result.counts.items()})
         run.log_metrics({f"time/{k}": v for k, v in result.timings.items()})
         with tempfile.TemporaryDirectory() as tmp:
             run.log_artifact(write_json(result, config, Path(tmp) / "benchmark.json"))
+            if result.per_query:
+                run.log_artifact(write_per_query(result.per_query, Path(tmp) / PER_QUERY_FILE))
     return run.run_id

@@ -7,7 +7,8 @@ embeddings of an :class:`~xmr.eval.encode.EncodedSplit` (after CLIP-clip when ``
   (BLIP's ITM over the top ``rerank_k``);
 - :func:`odmap_scores`: ODmAP@K of the object-removed queries over the all-splits gallery, and
   a sample of them with their top captions for the example grid;
-- :func:`bias_scores`: Bias@K of the gender-neutral caption queries over the split's images.
+- :func:`bias_scores`: Bias@K of the gender-neutral caption queries over the images of the
+  Bias@K split (a ToyWorld's gender split), overall and per linked class.
 
 Each group also keeps its metrics' per-query values (a query's hit, AP@k or Δ_K) by query set
 (:class:`~xmr.eval.per_query.QueryValues`: i2t images, t2i captions, ODmAP queries, Bias@K
@@ -65,8 +66,9 @@ class EvalResult:
     """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation.
 
     ``intervals``: each metric's bootstrap interval (none when ``config.bootstrap`` is 0);
-    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``) -> its queries and their
-    per-query values, whose means are the metrics.
+    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``, ``bias_<class>``) -> its
+    queries and their per-query values, whose means are the metrics. ``bias_split``: the split
+    whose images Bias@K ranked (None: no Bias@K).
     """
 
     metrics: dict[str, float]
@@ -78,10 +80,15 @@ class EvalResult:
     clip: ClippedDims | None = None
     intervals: dict[str, Interval] = field(default_factory=dict)
     per_query: dict[str, QueryValues] = field(default_factory=dict)
+    bias_split: str | None = None
 
     def params(self, config: EvalConfig) -> dict[str, str]:
-        """``config.params()`` with the data root that was evaluated."""
-        return {**config.params(), "data.root": str(self.data_root)}
+        """``config.params()`` with the data root that was evaluated (and the split Bias@K
+        ranked, ``data.bias_split``)."""
+        params = {**config.params(), "data.root": str(self.data_root)}
+        if self.bias_split is not None:
+            params["data.bias_split"] = self.bias_split
+        return params
 
     def interval_metrics(self) -> dict[str, float]:
         """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
@@ -186,9 +193,10 @@ def score(
     timings["metrics_s"] = time.perf_counter() - start
     timings["total_s"] = encoded.timings["total_s"] + timings["metrics_s"]
     counts["skipped"] = len(encoded.issues)
+    bias_split = encoded.bias_split if "bias" in config.metrics else None
     return EvalResult(
         metrics, counts, list(encoded.issues), timings, encoded.root, examples, clipped,
-        intervals, per_query,
+        intervals, per_query, bias_split,
     )  # fmt: skip
 
 
@@ -286,9 +294,10 @@ def odmap_scores(inputs: ScoringInputs, odmap: ODmAPSet) -> GroupScores:
     """ODmAP@K (``{split}/odmap_at_{K}``) of the ODmAP queries that encoded over the gallery,
     and a seeded sample of them with their top captions (the example grid)."""
     config, n_images = inputs.config, len(inputs.ok_images)
-    ok = np.array([not e for e in inputs.encoded.image_errors[n_images:]], dtype=bool)
+    rows = slice(n_images, n_images + len(odmap.queries))  # after the split's images
+    ok = np.array([not e for e in inputs.encoded.image_errors[rows]], dtype=bool)
     gallery_emb = inputs.text_emb[: len(odmap.gallery)]
-    ranking = topk_similarity(inputs.image_emb[n_images:][ok], gallery_emb, max(config.ks))
+    ranking = topk_similarity(inputs.image_emb[rows][ok], gallery_emb, max(config.ks))
     idx = np.flatnonzero(ok)
     removed = [odmap.removed[i] for i in idx]
     present = [odmap.present[i] for i in idx]
@@ -304,24 +313,45 @@ def odmap_scores(inputs: ScoringInputs, odmap: ODmAPSet) -> GroupScores:
 
 
 def bias_scores(inputs: ScoringInputs) -> GroupScores:
-    """Bias@K (``{split}/bias_at_{K}``) of the gender-neutral caption queries over the split's
-    images that encoded, and how many images each gender label has."""
+    """Bias@K (``{split}/bias_at_{K}``) of the gender-neutral caption queries over the images
+    of the Bias@K split (``encoded.bias_split``: a ToyWorld's gender split, else the scored
+    split) that encoded, and for each of ``encoded.bias_classes`` over the queries that mention
+    it (``{split}/bias_at_{K}_{class}``, spaces as ``_``); how many queries and images of each
+    gender label there are."""
     config, encoded = inputs.config, inputs.encoded
     gallery_len = len(encoded.odmap.gallery) if encoded.odmap else len(encoded.retrieval.captions)
     queries = inputs.text_emb[gallery_len:]  # after the gallery: the Bias@K queries
-    genders = [g for g, ok in zip(encoded.genders, inputs.ok_images, strict=True) if ok]
-    ranking = topk_similarity(queries, inputs.split_images, max(config.ks))
+    ok = np.array([not encoded.image_errors[row] for row in encoded.bias_rows], dtype=bool)
+    genders = [g for g, fine in zip(encoded.genders, ok, strict=True) if fine]
+    ranking = topk_similarity(queries, inputs.image_emb[encoded.bias_rows[ok]], max(config.ks))
     deltas = bias_deltas(ranking, genders, config.ks)
-    values = {f"{inputs.prefix}bias_at_{k}": deltas[k] for k in config.ks}
     keys = [f"{n}:{text}" for n, text in enumerate(encoded.bias_texts)]
-    return GroupScores(
-        metrics={name: float(v.mean()) for name, v in values.items()},
-        per_query={"bias": QueryValues(keys, values)},
+    scores = GroupScores(
         counts={
             "bias_queries": len(encoded.bias_texts),
             **{f"images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
-        },
+        }
     )
+    query_sets = {"bias": (np.arange(len(keys)), "")}
+    for cls in encoded.bias_classes:
+        mentioning = [cls in mentioned for mentioned in encoded.bias_mentions]
+        query_sets[f"bias_{class_suffix(cls)}"] = (np.flatnonzero(mentioning), class_suffix(cls))
+        scores.counts[f"bias_queries_{class_suffix(cls)}"] = int(sum(mentioning))
+    for set_name, (rows, suffix) in query_sets.items():
+        if not len(rows):
+            continue  # no query mentions the class: its Bias@K is undefined
+        values = {
+            f"{inputs.prefix}bias_at_{k}{'_' + suffix if suffix else ''}": deltas[k][rows]
+            for k in config.ks
+        }
+        scores.per_query[set_name] = QueryValues([keys[i] for i in rows], values)
+        scores.metrics.update({name: float(v.mean()) for name, v in values.items()})
+    return scores
+
+
+def class_suffix(cls: str) -> str:
+    """A class's part of a metric name: ``"sports ball"`` -> ``"sports_ball"``."""
+    return cls.replace(" ", "_")
 
 
 def _query_key(query: ImageQuery) -> str:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     )
     from xmr.metrics.gender_bias import bias_at_k, bias_deltas, similarity_bias
     from xmr.metrics.odmap import odmap_at_k, odmap_per_query, odmap_relevance
+    from xmr.metrics.power import delta_sd, detectable_effect, queries_for_power
     from xmr.metrics.ranking import Ranking, rank
     from xmr.metrics.recall import recall_at_k, recall_hits, summed_recall
 
@@ -33,6 +34,8 @@ _MODULE_OF = {  # exported name -> its module
     "UnknownMetricError": "direction",
     "bias_at_k": "gender_bias",
     "bias_deltas": "gender_bias",
+    "delta_sd": "power",
+    "detectable_effect": "power",
     "find_direction": "direction",
     "map_at_k": "average_precision",
     "mean_intervals": "bootstrap",
@@ -41,6 +44,7 @@ _MODULE_OF = {  # exported name -> its module
     "odmap_per_query": "odmap",
     "odmap_relevance": "odmap",
     "paired_intervals": "bootstrap",
+    "queries_for_power": "power",
     "rank": "ranking",
     "recall_at_k": "recall",
     "recall_hits": "recall",
@@ -55,6 +59,8 @@ __all__ = [
     "UnknownMetricError",
     "bias_at_k",
     "bias_deltas",
+    "delta_sd",
+    "detectable_effect",
     "find_direction",
     "map_at_k",
     "mean_intervals",
@@ -63,6 +69,7 @@ __all__ = [
     "odmap_per_query",
     "odmap_relevance",
     "paired_intervals",
+    "queries_for_power",
     "rank",
     "recall_at_k",
     "recall_hits",

@@ -8,6 +8,15 @@ the ``(1 − confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of those m
 of one query set are resampled together (one draw of queries serves them all), so their
 intervals describe the same hypothetical test sets.
 
+A metric averaged over groups of queries (a benchmark's macro accuracy: the mean over
+relations of each relation's accuracy) is resampled *within* each group (stratified bootstrap,
+:func:`bootstrap_stratified_means`): each resample draws every group's queries with
+replacement from that group, as many as it holds, so each group keeps its size and its weight
+in the average. Such a metric is a weighted mean of its groups' means;
+:func:`group_weighted_values` turns per-query values into ones whose plain mean is that weighted
+mean, so that it too is a mean over queries and everything below applies to it unchanged. A
+group of one query always draws that query: stratification takes no variance from it.
+
 A paired comparison of two models on the same queries resamples the per-query *differences*
 (:func:`paired_intervals`): query difficulty is shared by both models and cancels, so the
 interval is much narrower than comparing two unpaired intervals. A difference whose interval
@@ -18,7 +27,7 @@ Everything is seeded: the same values, seed and resample count give the same int
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +69,33 @@ def bootstrap_means(values: np.ndarray, resamples: int = RESAMPLES, seed: int = 
     Returns:
         float64 ``[resamples]`` or ``[resamples, M]``: each resample's mean of each column.
     """
+    return bootstrap_stratified_means(values, None, resamples, seed)
+
+
+def bootstrap_stratified_means(
+    values: np.ndarray,
+    strata: Sequence[Hashable] | np.ndarray | None,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> np.ndarray:
+    """Means of ``resamples`` stratified bootstrap resamples of the rows of ``values``.
+
+    Each resample draws, within each stratum, as many rows as the stratum holds, uniformly with
+    replacement from its own rows; a resample's mean is over all ``Q`` rows drawn. The draws of
+    resample ``r`` do not depend on how many resamples are drawn at once, and with one stratum
+    (``strata`` None) they are :func:`bootstrap_means`'.
+
+    Args:
+        values: ``[Q]`` or ``[Q, M]``: ``M`` per-query values of ``Q`` queries, resampled by
+            query (row) together.
+        strata: ``[Q]`` labels (any hashable: a benchmark's relation, category), the queries of
+            one label forming one stratum; None: one stratum of every query.
+        resamples: how many query sets of size ``Q`` to draw.
+        seed: the generator's seed.
+
+    Returns:
+        float64 ``[resamples]`` or ``[resamples, M]``: each resample's mean of each column.
+    """
     data = np.asarray(values, dtype=np.float64)
     queries = len(data)
     if queries == 0:
@@ -67,12 +103,24 @@ def bootstrap_means(values: np.ndarray, resamples: int = RESAMPLES, seed: int = 
     flat = data.reshape(queries, -1)
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
+    if strata is None:
+        low, high = np.zeros(queries, np.int64), np.full(queries, queries, np.int64)
+    else:
+        codes: dict[Hashable, int] = {}  # label -> its stratum's number, by first appearance
+        labels = np.array([codes.setdefault(label, len(codes)) for label in strata], np.int64)
+        if labels.shape != (queries,):
+            raise ValueError(f"{len(labels)} strata labels for {queries} queries")
+        order = np.argsort(labels, kind="stable")  # each stratum's rows together, in query order
+        flat, labels = flat[order], labels[order]
+        low = np.searchsorted(labels, labels, side="left")  # row -> its stratum's first row
+        high = np.searchsorted(labels, labels, side="right")  # and one past its last
     rng = np.random.default_rng(seed)
     means = np.empty((resamples, flat.shape[1]))
     chunk = max(1, _CHUNK_VALUES // queries)
     for start in range(0, resamples, chunk):
         n = min(chunk, resamples - start)
-        drawn = rng.integers(0, queries, size=(n, queries))
+        # row i of each resample is drawn from row i's stratum: [n, Q]
+        drawn = rng.integers(low, high, size=(n, queries))
         # how often each query was drawn in each resample: [n, Q]
         offsets = (np.arange(n)[:, None] * queries + drawn).ravel()
         counts = np.bincount(offsets, minlength=n * queries).reshape(n, queries)
@@ -80,9 +128,44 @@ def bootstrap_means(values: np.ndarray, resamples: int = RESAMPLES, seed: int = 
     return means.reshape((resamples, *data.shape[1:]))
 
 
+def group_weighted_values(
+    values: np.ndarray, groups: Sequence[Hashable], weights: Mapping[Hashable, float]
+) -> np.ndarray:
+    """Per-query values whose mean is the weighted mean of the groups' means.
+
+    Query ``i`` of group ``g`` (``n_g`` queries) becomes ``values[i] · w_g · Q / (n_g · W)``,
+    with ``W`` the sum of the weights of the groups present, so that the mean over the ``Q``
+    queries is ``Σ_g w_g · mean_g / W``: with a weight of 1 per group the macro average, with
+    ``n_g`` the plain mean over the groups' queries, with 0 a group left out. Stratified by
+    ``groups`` (:func:`bootstrap_stratified_means`), a resample's mean of these values is that
+    weighted mean of the resampled groups' means, since every group keeps its size.
+
+    Args:
+        values: ``[Q]`` per-query values (a benchmark item's correctness, 0 or 1).
+        groups: ``[Q]`` each query's group.
+        weights: group -> its weight, >= 0 (a group not in it: 0), at least one group present
+            with a positive weight.
+
+    Returns:
+        float64 ``[Q]``.
+    """
+    data = np.asarray(values, dtype=np.float64)
+    if data.shape != (len(groups),):
+        raise ValueError(f"{data.shape} values for {len(groups)} queries' groups")
+    sizes: dict[Hashable, int] = {}
+    for group in groups:
+        sizes[group] = sizes.get(group, 0) + 1
+    total = sum(weights.get(group, 0.0) for group in sizes)
+    if not total > 0:
+        raise ValueError("no group present has a positive weight")
+    scale = np.array([weights.get(g, 0.0) * len(data) / (sizes[g] * total) for g in groups])
+    return data * scale
+
+
 def mean_intervals(
     values: Mapping[str, np.ndarray],
     *,
+    strata: Sequence[Hashable] | None = None,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = 0,
@@ -92,6 +175,8 @@ def mean_intervals(
     Args:
         values: metric name -> ``[Q]`` per-query values, the same ``Q`` queries for all (one
             draw of queries resamples them all).
+        strata: ``[Q]`` each query's stratum, resampled within it
+            (:func:`bootstrap_stratified_means`); None: one stratum.
         resamples: bootstrap resamples.
         confidence: the interval's coverage, in (0, 1).
         seed: the generator's seed.
@@ -109,7 +194,7 @@ def mean_intervals(
     if len(set(sizes.values())) > 1:
         raise ValueError(f"metrics of one query set need as many values each, got {sizes}")
     table = np.stack(columns, axis=1)
-    means = bootstrap_means(table, resamples, seed)
+    means = bootstrap_stratified_means(table, strata, resamples, seed)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail], axis=0)
     return {  # the value: each column's own mean, bit for bit what the metric reports
@@ -122,6 +207,7 @@ def paired_intervals(
     first: Mapping[str, np.ndarray],
     second: Mapping[str, np.ndarray],
     *,
+    strata: Sequence[Hashable] | None = None,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = 0,
@@ -131,7 +217,8 @@ def paired_intervals(
     Args:
         first, second: metric name -> ``[Q]`` per-query values of two models on the same ``Q``
             queries in the same order.
-        resamples, confidence, seed: as :func:`mean_intervals`.
+        strata, resamples, confidence, seed: as :func:`mean_intervals` (strata: the
+            queries' of both, resampled within them for both alike).
 
     Returns:
         metric name -> :class:`Interval` of the mean difference (positive: ``second`` higher).
@@ -147,4 +234,6 @@ def paired_intervals(
                 "the same queries"
             )
         differences[name] = b - a
-    return mean_intervals(differences, resamples=resamples, confidence=confidence, seed=seed)
+    return mean_intervals(
+        differences, strata=strata, resamples=resamples, confidence=confidence, seed=seed
+    )

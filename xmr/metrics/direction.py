@@ -10,7 +10,8 @@ name:
   ``sugarcrepe/mean_acc``, ``binding/counter_acc``; :mod:`xmr.benchmarks`);
 - lower is better: training losses (``loss``, ``loss_itc``, ...);
 - signed, best at 0 and judged by size (compare ``|x|``): Bias@K (gender paper §2.2, in
-  [-1, 1], + = towards male) and the similarity bias (its Eq. 9).
+  [-1, 1], + = towards male; ``bias_at_10_cup``: over the queries that mention a class) and the
+  similarity bias (its Eq. 9).
 
 Names are MLflow metric names, with any ``split/`` or ``final/split/`` prefix
 (``test/recall_t2i_at_10``, ``final/test/bias_at_5``, ``val/rsum``, ``train/loss``). A name
@@ -69,7 +70,7 @@ DIRECTIONS: tuple[tuple[str, Direction], ...] = (
     (r"(add|replace|swap)_(att|obj)_acc|replace_rel_acc|mean_acc", Direction.HIGHER),  # SugarCrepe
     (r"(swap|counter|stereotype)_acc", Direction.HIGHER),  # the ToyWorld binding test
     (r"loss(_\w+)?", Direction.LOWER),
-    (r"bias_at_\d+|similarity_bias", Direction.TOWARD_ZERO),
+    (r"bias_at_\d+(_(?!ci_)[a-z_]+)?|similarity_bias", Direction.TOWARD_ZERO),  # _cup: a class
 )
 """(pattern of the name's last ``/`` part, direction): the declaration, in one place."""
 

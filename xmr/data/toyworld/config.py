@@ -118,6 +118,7 @@ class WorldConfig:
     biased_splits: tuple[str, ...]
     cooccurrence: tuple[Cooccurrence, ...]
     gender_bias: tuple[GenderBias, ...]
+    gender_splits: tuple[str, ...]
     attribute_bias: tuple[AttributeBias, ...]
     layout: LayoutConfig
     captions: CaptionConfig
@@ -125,6 +126,12 @@ class WorldConfig:
     binding: BindingConfig
 
     mode = "scene"
+
+    @property
+    def gender_classes(self) -> tuple[str, ...]:
+        """The classes of the ``gender_bias`` rules, each once, in rule order: the linked objects
+        a gender split (:attr:`gender_splits`) pairs with persons and Bias@K reports on."""
+        return tuple(dict.fromkeys(g.with_class for g in self.gender_bias))
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML structure of this config (what ``world.json`` records)."""
@@ -191,7 +198,13 @@ def _default_dict() -> dict[str, Any]:
 
 
 def _merge(default: dict[str, Any], data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``data`` over ``default`` key by key. A world that replaces ``splits`` without naming its
+    ``gender_splits`` keeps the default gender splits it still has (none, when it leaves them
+    out), so ``splits: {train: 100, test: 20}`` needs nothing more."""
     merged = dict(default)
+    replaced = "splits" in data and isinstance(data["splits"], Mapping)
+    if replaced and "gender_splits" in default and "gender_splits" not in data:
+        merged["gender_splits"] = [s for s in default["gender_splits"] if s in data["splits"]]
     for key, value in data.items():
         if key not in default:
             raise ValueError(f"{source}: unknown key {key!r}")
@@ -310,6 +323,16 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
             GenderBias(with_class, gender, _float(entry["p"], f"{key}.p", source, 0, 1))
         )
 
+    gender_splits = split_list("gender_splits", data["gender_splits"])
+    biased_splits = split_list("biased_splits", data["biased_splits"])
+    if gender_splits and "person" not in classes:
+        raise _fail(source, "gender_splits", "shows persons: add 'person' to classes")
+    for split in gender_splits:
+        if split in biased_splits:
+            raise _fail(
+                source, "gender_splits", f"{split!r} is also biased; a gender split is balanced"
+            )
+
     attribute_bias = []
     fields = ("class", "colour", "p")
     for i, entry in enumerate(_entries(data["attribute_bias"], "attribute_bias", source, fields)):
@@ -373,9 +396,10 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
         splits=splits,
         classes=classes,
         backgrounds=backgrounds,
-        biased_splits=split_list("biased_splits", data["biased_splits"]),
+        biased_splits=biased_splits,
         cooccurrence=tuple(cooccurrence),
         gender_bias=tuple(gender_bias),
+        gender_splits=gender_splits,
         attribute_bias=tuple(attribute_bias),
         layout=layout,
         captions=captions,

@@ -5,7 +5,8 @@ Layout under ``out_dir``::
 
     world.json                              mode "scene", resolved config, seed, xmr version, counts
     annotations/instances_{split}.json      COCO instances; persons carry attributes.gender
-    annotations/captions_{split}.json       COCO captions, 5 per image
+    annotations/captions_{split}.json       COCO captions, 5 per image (gender-neutral in the
+                                            neutral and gender splits)
     {split}/{image_id:012d}.png             images (file_name in the JSON is the base name)
     counterfactuals/index_{split}.json      [{id, file_name, source_image_id, removed, kept}]
     counterfactuals/{split}/{source_image_id:012d}_{removed classes joined by '+'}.png
@@ -30,7 +31,7 @@ from xmr.data.toyworld.captions import make_captions
 from xmr.data.toyworld.classes import CLASSES
 from xmr.data.toyworld.config import WorldConfig, load_config
 from xmr.data.toyworld.render import render
-from xmr.data.toyworld.scene import Scene, sample_scene, scene_rng
+from xmr.data.toyworld.scene import Scene, gender_scene_counts, sample_scene, scene_rng
 from xmr.data.toyworld.world import (
     Chunk,
     Items,
@@ -69,6 +70,9 @@ def image_scene(config: WorldConfig, split: str, index: int) -> tuple[Scene, np.
     """The scene of image ``index`` of ``split``, and its RNG after the scene was drawn (the
     captions draw from it next): the same scene every time, for re-renders of a world image."""
     rng = scene_rng(config.seed, split, index)
+    if split in config.gender_splits:
+        counts, gender = gender_scene_counts(config, rng, index)
+        return sample_scene(config, rng, biased=False, counts=counts, gender=gender), rng
     return sample_scene(config, rng, biased=split in config.biased_splits), rng
 
 
@@ -76,7 +80,7 @@ def _run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
     """Render and write one chunk; return each image's annotations (JSON-ready, ids not set)."""
     cfg = chunk.config
     out = Path(chunk.out_dir)
-    neutral = chunk.split in cfg.captions.neutral_splits
+    neutral = chunk.split in (*cfg.captions.neutral_splits, *cfg.gender_splits)
     cf = cfg.counterfactuals
     results = []
     for i in range(chunk.start, chunk.stop):

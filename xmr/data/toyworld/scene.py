@@ -273,10 +273,49 @@ def finish_scene(
     )
 
 
-def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool) -> Scene:
-    """Sample one scene. ``biased``: plant the configured co-occurrence, gender, colour rules."""
+def gender_scene_counts(
+    config: WorldConfig, rng: np.random.Generator, index: int
+) -> tuple[dict[str, int], str]:
+    """Instances per class and the persons' gender of image ``index`` of a gender split.
+
+    Image ``index`` pairs one or two persons (two w.p. ``layout.repeat_prob``) with one instance
+    of the ``index mod C``-th of the C :attr:`~WorldConfig.gender_classes`; its gender alternates
+    from one round of the C classes to the next (women first), so each class gets as many
+    images of men as of women (within one). The remaining objects are drawn as in an unbiased
+    scene from the classes no gender rule names, so a caption's linked class is the image's.
+    A world without gender rules gets persons alone, genders alternating image by image.
+    """
+    linked = config.gender_classes
+    cls = linked[index % len(linked)] if linked else None
+    gender = ("female", "male")[(index // max(1, len(linked))) % 2]
+    drawn = sample_counts(config, rng, biased=False)
+    persons = 2 if rng.random() < config.layout.repeat_prob else 1
+    counts = {"person": persons, **({cls: 1} if cls else {})}
+    room = max(0, config.layout.max_objects - sum(counts.values()))
+    for category, n in drawn.items():
+        if category in linked or category == "person" or room == 0:
+            continue
+        counts[category] = min(n, room)
+        room -= counts[category]
+    return counts, gender
+
+
+def sample_scene(
+    config: WorldConfig,
+    rng: np.random.Generator,
+    *,
+    biased: bool,
+    counts: dict[str, int] | None = None,
+    gender: str | None = None,
+) -> Scene:
+    """Sample one scene. ``biased``: plant the configured co-occurrence, gender, colour rules.
+
+    ``counts`` (instances per class) and ``gender`` (every person's) fix what the scene shows
+    instead of drawing it (a gender split's image, :func:`gender_scene_counts`).
+    """
     size = config.image_size
-    counts = sample_counts(config, rng, biased=biased)
+    if counts is None:
+        counts = sample_counts(config, rng, biased=biased)
     items = [
         _Item(c, facing=1 if rng.random() < 0.5 else -1)
         for c, n in counts.items()
@@ -284,7 +323,7 @@ def sample_scene(config: WorldConfig, rng: np.random.Generator, *, biased: bool)
     ]
     for item in items:
         if item.category == "person":
-            item.gender = sample_gender(config, set(counts), rng, biased=biased)
+            item.gender = gender or sample_gender(config, set(counts), rng, biased=biased)
     _relations(items, config, rng)
 
     background = config.backgrounds[int(rng.integers(len(config.backgrounds)))]

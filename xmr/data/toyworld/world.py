@@ -7,7 +7,7 @@ JSON-ready item per image) and one that writes the annotation files from every s
 the driver makes the folders, runs the chunks (in spawned processes for large worlds) and writes
 ``world.json``::
 
-    world.json                              mode, resolved config, seed, xmr version, counts
+    world.json                              mode, resolved config, seed, xmr version, format, counts
     annotations/instances_{split}.json      COCO instances (:func:`write_coco_split`)
     annotations/captions_{split}.json       COCO captions
     {split}/{image_id:012d}.png             images
@@ -35,6 +35,9 @@ from xmr.data.toyworld.config import WorldConfig
 from xmr.data.toyworld.shop_config import ShopConfig
 from xmr.progress import console_progress
 
+WORLD_FORMAT = 2
+"""Bumped whenever a config renders other files than before (2: the gender split), so a cached
+default world of an older xmr is made again (:func:`xmr.data.default_world.default_toyworld`)."""
 CHUNK = 100  # images per parallel task
 PNG_COMPRESS_LEVEL = 1  # fast; the images are small
 
@@ -223,6 +226,7 @@ def write_world(
     info = {"description": description, "version": __version__, "seed": cfg.seed}
     world = {
         "xmr_version": __version__,
+        "format": WORLD_FORMAT,
         "mode": cfg.mode,
         "seed": cfg.seed,
         "config": cfg.to_dict(),
