@@ -23,7 +23,7 @@ from training_runs import final_metrics, run  # bench/training_runs.py
 
 from xmr.compare import paired_comparison, resolve_run, run_per_query
 from xmr.data.toyworld import load_config
-from xmr.metrics import delta_sd, detectable_effect
+from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
 
 CONFIGS: dict[str, dict] = {
     "default": {},
@@ -92,22 +92,24 @@ def main() -> None:
             suffix = rule.with_class.replace(" ", "_")
             metric = f"test/bias_at_{K}_{suffix}"
             change = paired.loc[metric]
+            per_class = queries[f"bias_{suffix}"]
             rows.append(
                 (name, rule, _cell(d, metric), _cell(fair, metric),
                  f"{change['difference']:+.3f} [{change['ci_low']:+.3f}, {change['ci_high']:+.3f}]",
                  _verdict(rule.gender, d, fair, metric, change),
-                 len(queries[f"bias_{suffix}"].keys))
+                 f"{len(per_class.keys)} / {per_class.values[metric].std(ddof=1):.2f}")
             )  # fmt: skip
-    print(f"| world | linked class (planted) | queries | Bias@{K} D [95 % CI] | "
+    print(f"| world | linked class (planted) | queries / sd of Δ (D) | Bias@{K} D [95 % CI] | "
           f"Bias@{K} FairSample α=1 | FairSample − D (paired) | verdict |")  # fmt: skip
     print("|---|---|---:|---|---|---|---|")
     for name, rule, d_cell, fair_cell, change, verdict, queries in rows:
         planted = f"{rule.with_class} ({rule.gender} {rule.p:g})"
         print(f"| {name} | {planted} | {queries} | {d_cell} | {fair_cell} | {change} | {verdict} |")
     print(
-        f"\nPower: with 100 images a class, a per-class Bias@{K} of "
-        f"{detectable_effect(100, delta_sd(K)):.3f} is detected at 95 % with power 0.8 "
-        "(xmr/metrics/power.py)."
+        f"\nPower: 400 queries of a class (100 images) detect a per-class Bias@{K} of "
+        f"{detectable_effect(400, TRAINED_DELTA_SD):.3f} at 95 % with power 0.8, "
+        f"{detectable_effect(100, TRAINED_DELTA_SD):.3f} counting images "
+        f"(sd {TRAINED_DELTA_SD}, xmr/metrics/power.py)."
     )
 
 

@@ -23,11 +23,17 @@ if TYPE_CHECKING:
     )
     from xmr.metrics.gender_bias import bias_at_k, bias_deltas, similarity_bias
     from xmr.metrics.odmap import odmap_at_k, odmap_per_query, odmap_relevance
-    from xmr.metrics.power import delta_sd, detectable_effect, queries_for_power
+    from xmr.metrics.power import (
+        TRAINED_DELTA_SD,
+        delta_sd,
+        detectable_effect,
+        queries_for_power,
+    )
     from xmr.metrics.ranking import Ranking, rank
     from xmr.metrics.recall import recall_at_k, recall_hits, summed_recall
 
 _MODULE_OF = {  # exported name -> its module
+    "TRAINED_DELTA_SD": "power",
     "Direction": "direction",
     "Interval": "bootstrap",
     "Ranking": "ranking",
@@ -53,6 +59,7 @@ _MODULE_OF = {  # exported name -> its module
 }
 
 __all__ = [
+    "TRAINED_DELTA_SD",
     "Direction",
     "Interval",
     "Ranking",

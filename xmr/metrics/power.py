@@ -10,22 +10,35 @@ interval at ``confidence`` excludes 0 with probability ``power`` when
 
 (the normal approximation, which the percentile bootstrap follows at these sizes).
 
-What ``sd`` is for Δ_K: when a query's top K images are all gendered and each is a man or a
-woman by a fair coin (a balanced gallery and an unbiased model), ``Δ_K = (2M − K) / K`` with
-``M ~ Binomial(K, 1/2)``, so ``sd = 1 / sqrt(K)`` (:func:`delta_sd`); a biased model's spread is
-smaller (``sqrt(1 − bias²) / sqrt(K)``). The captions of one image are near-duplicates once made
-gender-neutral, so their Δ_K move together: count images, not captions, as ``n``.
+What ``sd`` is for Δ_K: it is at most 1 (Δ_K lies in [-1, 1]). When a query's top K images
+are men or women by fair coin flips (a balanced gallery, an unbiased model),
+``Δ_K = (2M − K) / K`` with ``M ~ Binomial(K, 1/2)``, so ``sd = 1 / sqrt(K)``
+(:func:`delta_sd`), the null model's spread. A trained model spreads its queries far more, as
+a query's top K tends to be of one gender: on ToyWorld's gender split, 3-epoch ``xmr-tiny``
+models gave Δ_10 a standard deviation of 0.5–0.7 per linked class (``bench/RESULTS.md``), the
+figure :data:`TRAINED_DELTA_SD` keeps for sizing. The captions of one image are near-duplicates
+once made gender-neutral; counting images rather than captions as ``n`` is the cautious bound.
 
->>> queries_for_power(0.1, delta_sd(10))
+ToyWorld's default gender split, 100 images a linked class (about 400 gender-neutral captions
+that mention the class), detects a per-class Bias@10 of 0.1 counting captions, 0.2 counting
+images:
+
+>>> queries_for_power(0.1, TRAINED_DELTA_SD)
+385
+>>> [round(detectable_effect(n, TRAINED_DELTA_SD), 3) for n in (400, 100)]
+[0.098, 0.196]
+>>> queries_for_power(0.1, delta_sd(10))  # the coin-flip null would need far fewer
 79
->>> round(detectable_effect(100, delta_sd(10)), 3)
-0.089
 """
 
 from __future__ import annotations
 
 import math
 from statistics import NormalDist
+
+TRAINED_DELTA_SD = 0.7
+"""A query's Δ_10 standard deviation as trained ``xmr-tiny`` models showed it on ToyWorld's
+gender split (0.5–0.7 per linked class, ``bench/RESULTS.md``): what the split is sized for."""
 
 
 def _z_sum(confidence: float, power: float) -> float:
