@@ -9,13 +9,20 @@ captions per image as source examples (so D′ holds more than the r·|D| pairs 
 example with nothing to recolour, persons only or too small, ends in ``errors.parquet``). For each
 seed, ``xmr-tiny`` CLIP is trained from scratch in four conditions of equal step counts:
 
-- D, step-matched: ``(1 + r)·E`` epochs on D (r = ``--synth-ratio``, E = ``--epochs``);
-- D ∪ BiAug-D′: E epochs on D and an r·|D| sample of D′, each positive beside its hard negative;
-- D ∪ BiAug-D′ without hard negatives (``--no-hard-negatives``: the pairs shuffled freely);
-- BiAug-D′ without D (``--synth-only``): ``(1 + r)·E / r`` epochs on the same D′ sample.
+- D ∪ BiAug-D′: E epochs (``--epochs``) on D and an r·|D| sample of D′ (r = ``--synth-ratio``),
+  each positive beside its hard negative; its optimiser steps, read back from MLflow, are the
+  budget N of the three others (``xmr train --steps N``);
+- D, step-matched: N steps on D;
+- D ∪ BiAug-D′ without hard negatives (``--no-hard-negatives``: the pairs shuffled freely), N
+  steps;
+- BiAug-D′ without D (``--synth-only``): N steps on the same D′ sample.
 
-Every run is a plain command line (printed before it runs); the binding and recall metrics are
-read back from MLflow (``final/test/...``; ``xmr train`` scores the binding test at the end).
+The seed runs of a condition are nested in MLflow under a parent run (``xmr train --seeds``;
+one per step count, when seeds' N differ). Every run is a plain command line (printed before
+it runs); the binding and recall metrics are read back from MLflow (``final/test/...``;
+``xmr train`` scores the binding test at the end) and summarised as mean ± std over seeds with
+the first seed's 95 % bootstrap interval where the metric has one, and per seed as the binding
+gain of D ∪ BiAug-D′ over the step-matched D and over no hard negatives.
 SugarCrepe and ARO run on fixtures in their published layouts made from the binding items
 (``swap_att`` / VG-Attribution from the swap items, ``replace_att`` from the counter items):
 they check the plumbing, and agree with the binding test by construction.
@@ -32,12 +39,22 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-from training_runs import final_metrics, run  # bench/training_runs.py
+from training_runs import (  # bench/training_runs.py
+    by_steps,
+    final_metrics,
+    gains,
+    run,
+    seeds_flag,
+    summarise,
+    total_steps,
+)
 
 BINDING = ["binding/swap_acc", "binding/counter_acc", "binding/stereotype_acc"]
 RECALL = [f"recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 10)]
 FIXTURES = ["sugarcrepe/swap_att_acc", "sugarcrepe/replace_att_acc", "aro/vg_attribution_acc"]
+MIXED, NO_HARD, MATCHED, ONLY = (
+    "D ∪ BiAug-D′", "D ∪ BiAug-D′, no hard negatives", "D (step-matched)", "BiAug-D′ without D"
+)  # fmt: skip
 
 
 def write_fixtures(world: Path, out: Path) -> tuple[Path, Path]:
@@ -92,20 +109,6 @@ def fixture_metrics(checkpoint: Path, sugarcrepe: Path, images: Path, aro: Path)
     return metrics
 
 
-def summarise(rows: dict[str, list[dict[str, float]]], metrics: list[str]) -> str:
-    """A Markdown table: one row per condition, mean ± sample std over seeds per metric."""
-    lines = ["| condition | seeds | " + " | ".join(metrics) + " |"]
-    lines.append("|---|---|" + "---|" * len(metrics))
-    for condition, results in rows.items():
-        cells = []
-        for metric in metrics:
-            values = np.array([r[metric] for r in results if metric in r])
-            spread = values.std(ddof=1) if len(values) > 1 else 0.0
-            cells.append(f"{values.mean():.3f} ± {spread:.3f}" if len(values) else "–")
-        lines.append(f"| {condition} | {len(results)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -114,10 +117,6 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("xmr-biaug"))
     parser.add_argument("--cpus-per-worker", type=int, default=2)
     args = parser.parse_args()
-    d_epochs = (1 + args.synth_ratio) * args.epochs
-    only_epochs = d_epochs / args.synth_ratio
-    if not (d_epochs.is_integer() and only_epochs.is_integer()):
-        parser.error("step matching needs whole epochs: pick E and r with (1 + r)·E / r whole")
 
     workdir = args.workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -133,26 +132,36 @@ def main() -> None:
     common = ["--data", str(world), "--cpus-per-worker", str(args.cpus_per_worker),
               "--storage", str(workdir / "runs"), "--tracking-uri", uri]  # fmt: skip
     mixed = ["--synth", str(dprime), "--synth-ratio", str(args.synth_ratio)]
-    conditions = {
-        "D (step-matched)": ("d", ["--epochs", str(int(d_epochs))]),
-        "D ∪ BiAug-D′": ("dd", [*mixed, "--epochs", str(args.epochs)]),
-        "D ∪ BiAug-D′, no hard negatives": (
-            "dd-nohn", [*mixed, "--epochs", str(args.epochs), "--no-hard-negatives"]),
-        "BiAug-D′ without D": ("donly", [*mixed, "--epochs", str(int(only_epochs)),
-                                         "--synth-only"]),
-    }  # fmt: skip
+    # Parent run biaug-dd; seed N's run biaug-dd-seedN.
+    run([*xmr, "train", *common, *mixed, "--epochs", str(args.epochs), "--seeds",
+         seeds_flag(args.seeds), "--name", "biaug-dd"])  # fmt: skip
+    steps = {seed: total_steps(uri, f"biaug-dd-seed{seed}") for seed in args.seeds}
+    controls = {
+        MATCHED: ("d", []),
+        NO_HARD: ("dd-nohn", [*mixed, "--no-hard-negatives"]),
+        ONLY: ("donly", [*mixed, "--synth-only"]),
+    }
+    for count, group in by_steps(steps):  # one parent per step count (all seeds, usually)
+        for tag, extra in controls.values():
+            run([*xmr, "train", *common, *extra, "--steps", str(count), "--seeds",
+                 seeds_flag(group), "--name", f"biaug-{tag}-steps{count}"])  # fmt: skip
     rows: dict[str, list[dict[str, float]]] = {}
-    for seed in args.seeds:
-        for condition, (tag, extra) in conditions.items():
-            name = f"biaug-{tag}-seed{seed}"
-            run([*xmr, "train", *common, *extra, "--seed", str(seed), "--name", name])
+    for condition in (MATCHED, MIXED, NO_HARD, ONLY):  # the tables' order
+        for seed in args.seeds:
+            name = (
+                f"biaug-dd-seed{seed}"
+                if condition == MIXED
+                else f"biaug-{controls[condition][0]}-steps{steps[seed]}-seed{seed}"
+            )
             metrics = {k.removeprefix("test/"): v for k, v in final_metrics(uri, name).items()}
             checkpoint = workdir / "runs" / name / "last.pt"
             metrics |= fixture_metrics(checkpoint, sugarcrepe, world, aro)
             rows.setdefault(condition, []).append(metrics)
-    print(summarise(rows, BINDING + RECALL))
+    print(summarise(rows, BINDING + RECALL, args.seeds))
     print()
-    print(summarise(rows, FIXTURES))
+    print(gains(rows, MIXED, [MATCHED, NO_HARD], BINDING[:2], args.seeds))
+    print()
+    print(summarise(rows, FIXTURES, args.seeds))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,15 @@
 """Reproduce the ODmAP paper's claim on ToyWorld, and FairSample's trade-off, with `xmr` commands.
 
-For each seed: train ``xmr-tiny`` CLIP from scratch on D and on D ∪ D′ (D′ = ``xmr synth``
-defaults: Telea fill, noun-phrase removal), same budget; then FairSample α ∈ {0, 0.4, 1} on D
-(ToyWorld's train split plants a gender bias, its test captions are gender-neutral). Every run
-is a plain command line (printed before it runs); the metrics are read back from MLflow and
-summarised as mean ± std over seeds.
+On one ToyWorld (the default config, world seed 0, generated into the workdir), train
+``xmr-tiny`` CLIP from scratch, once per training seed (``xmr train --seeds``: the seed runs
+nested in MLflow under a parent run per condition), in three conditions: D and D ∪ D′ for E
+epochs (D′ = ``xmr synth`` defaults: Telea fill, noun-phrase removal), and D for as many
+optimiser steps as the same seed's D ∪ D′ run took (``--steps``, read back from MLflow: D ∪ D′
+has more pairs, so E epochs of it are more steps); then FairSample α ∈ {0, 0.4, 1} on D with
+the first seed (ToyWorld's train split plants a gender bias, its test captions are
+gender-neutral). Every run is a plain command line (printed before it runs); the metrics are
+read back from MLflow and summarised per condition as mean ± std over seeds with the first
+seed's 95 % bootstrap interval, and per seed as D′'s ODmAP gain over both D controls.
 
     python bench/reproduce_toyworld.py --seeds 0 1 2 --epochs 3 --workdir xmr-repro
 
@@ -17,8 +22,15 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-from training_runs import final_metrics, run  # bench/training_runs.py
+from training_runs import (  # bench/training_runs.py
+    by_steps,
+    final_metrics,
+    gains,
+    run,
+    seeds_flag,
+    summarise,
+    total_steps,
+)
 
 METRICS = [
     *(f"test/odmap_at_{k}" for k in (1, 5, 10)),
@@ -26,27 +38,14 @@ METRICS = [
     *(f"test/recall_t2i_at_{k}" for k in (1, 5, 10)),
     "test/bias_at_10",
 ]
-
-
-def summarise(rows: dict[str, list[dict[str, float]]]) -> str:
-    """A Markdown table: one row per condition, mean ± std over seeds per metric."""
-    names = [m.removeprefix("test/").replace("_at_", "@") for m in METRICS]
-    lines = ["| condition | seeds | " + " | ".join(names) + " |"]
-    lines.append("|---|---|" + "---|" * len(METRICS))
-    for condition, results in rows.items():
-        cells = []
-        for metric in METRICS:
-            values = np.array([r[metric] for r in results])
-            spread = values.std(ddof=1) if len(values) > 1 else 0.0
-            cells.append(f"{values.mean():.3f} ± {spread:.3f}")
-        lines.append(f"| {condition} | {len(results)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+ODMAP = [f"test/odmap_at_{k}" for k in (1, 5, 10)]  # the paper's claim: D′ raises these
+D, D_DPRIME, D_MATCHED = "D", "D ∪ D′", "D (steps of D ∪ D′)"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3, help="E: epochs of the D and D ∪ D′ runs")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.4, 1.0])
     parser.add_argument("--workdir", type=Path, default=Path("xmr-repro"))
     parser.add_argument("--cpus-per-worker", type=int, default=2)
@@ -56,28 +55,47 @@ def main() -> None:
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     workdir.mkdir(parents=True, exist_ok=True)
     xmr = [sys.executable, "-m", "xmr.cli"]
-    common = ["--epochs", str(args.epochs), "--cpus-per-worker", str(args.cpus_per_worker),
-              "--storage", str(workdir / "runs"), "--tracking-uri", uri]  # fmt: skip
+    common = ["--cpus-per-worker", str(args.cpus_per_worker), "--storage", str(workdir / "runs"),
+              "--tracking-uri", uri]  # fmt: skip
+    epochs = ["--epochs", str(args.epochs)]
+    seeds = ["--seeds", seeds_flag(args.seeds)]
+    # One world for every seed (without --data each seed would train on its own default world,
+    # and D′, built once, would come from another one): the seed is training's alone.
+    world = workdir / "world"
+    if not (world / "world.json").is_file():
+        run([*xmr, "data", "toyworld", "--out", str(world), "--seed", "0"])
+    common += ["--data", str(world)]
     dprime = workdir / "dprime"
-    run([*xmr, "synth", "--out", str(dprime), "--tracking-uri", uri, "--no-progress"])
+    run([*xmr, "synth", "--data", str(world), "--out", str(dprime), "--tracking-uri", uri,
+         "--no-progress"])  # fmt: skip
 
-    rows: dict[str, list[dict[str, float]]] = {}
-    for seed in args.seeds:
-        for condition, extra in (("D", []), ("D ∪ D′", ["--synth", str(dprime)])):
-            name = f"repro-{'d-dprime' if extra else 'd'}-seed{seed}"
-            run([*xmr, "train", *common, *extra, "--seed", str(seed), "--name", name])
-            rows.setdefault(condition, []).append(final_metrics(uri, name))
+    # Parent runs repro-d and repro-d-dprime; seed N's runs repro-d-seedN, repro-d-dprime-seedN.
+    run([*xmr, "train", *common, *epochs, *seeds, "--name", "repro-d"])
+    run([*xmr, "train", *common, *epochs, "--synth", str(dprime), *seeds, "--name",
+         "repro-d-dprime"])  # fmt: skip
+    steps = {seed: total_steps(uri, f"repro-d-dprime-seed{seed}") for seed in args.seeds}
+    for count, group in by_steps(steps):  # one parent per step count (all seeds, usually)
+        run([*xmr, "train", *common, "--steps", str(count), "--seeds", seeds_flag(group),
+             "--name", f"repro-d-steps{count}"])  # fmt: skip
+    rows = {
+        D: [final_metrics(uri, f"repro-d-seed{seed}") for seed in args.seeds],
+        D_DPRIME: [final_metrics(uri, f"repro-d-dprime-seed{seed}") for seed in args.seeds],
+        D_MATCHED: [final_metrics(uri, f"repro-d-steps{steps[seed]}-seed{seed}")
+                    for seed in args.seeds],
+    }  # fmt: skip
     fair: dict[str, list[dict[str, float]]] = {}
+    seed = args.seeds[0]
     for alpha in args.alphas:
-        seed = args.seeds[0]
         name = f"repro-d-seed{seed}" if alpha == 0 else f"repro-fair{alpha}-seed{seed}"
         if alpha:
-            run([*xmr, "train", *common, "--fair-alpha", str(alpha), "--seed", str(seed),
-                 "--name", name])  # fmt: skip
+            run([*xmr, "train", *common, *epochs, "--fair-alpha", str(alpha), "--seed",
+                 str(seed), "--name", name])  # fmt: skip
         fair[f"FairSample α={alpha}"] = [final_metrics(uri, name)]
-    print(summarise(rows))
+    print(summarise(rows, METRICS, args.seeds))
     print()
-    print(summarise(fair))
+    print(gains(rows, D_DPRIME, [D, D_MATCHED], ODMAP, args.seeds))
+    print()
+    print(summarise(fair, METRICS, [seed]))
 
 
 if __name__ == "__main__":

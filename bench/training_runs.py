@@ -1,11 +1,19 @@
-"""What the reproduction scripts share: run an ``xmr`` command line, read a run's results back."""
+"""What the reproduction scripts share: run an ``xmr`` command line, read a run's results back
+from MLflow, and summarise conditions over seeds (mean ± std, a run's bootstrap interval, gains).
+"""
 
 from __future__ import annotations
 
+import itertools
 import shlex
 import subprocess
+from collections.abc import Mapping, Sequence
 
 import mlflow
+import numpy as np
+from mlflow.entities import Run
+
+EXPERIMENT = "xmr/train/toyworld"
 
 
 def run(command: list[str]) -> None:
@@ -14,11 +22,13 @@ def run(command: list[str]) -> None:
     subprocess.run(command, check=True)
 
 
-def final_metrics(
-    tracking_uri: str, name: str, experiment: str = "xmr/train/toyworld"
-) -> dict[str, float]:
-    """The metrics of the finished run ``name`` in ``experiment``, ``final/`` prefix dropped
-    (``test/recall_t2i_at_10``); a failed or unfinished run of that name is never read."""
+def seeds_flag(seeds: Sequence[int]) -> str:
+    """The value of ``xmr train --seeds``: ``0,1,2``."""
+    return ",".join(str(seed) for seed in seeds)
+
+
+def _finished_run(tracking_uri: str, name: str, experiment: str) -> Run:
+    """The newest finished run named ``name`` in ``experiment``."""
     client = mlflow.MlflowClient(tracking_uri)
     found = client.search_runs(
         [client.get_experiment_by_name(experiment).experiment_id],
@@ -27,4 +37,91 @@ def final_metrics(
     )
     if not found:
         raise RuntimeError(f"{tracking_uri}: no finished run named {name!r} in {experiment}")
-    return {k.removeprefix("final/"): v for k, v in found[0].data.metrics.items()}
+    return found[0]
+
+
+def final_metrics(tracking_uri: str, name: str, experiment: str = EXPERIMENT) -> dict[str, float]:
+    """The metrics of the finished run ``name`` in ``experiment``, ``final/`` prefix dropped
+    (``test/recall_t2i_at_10``, its interval's ends ``..._ci_low``, ``..._ci_high``); a failed
+    or unfinished run of that name is never read."""
+    found = _finished_run(tracking_uri, name, experiment)
+    return {k.removeprefix("final/"): v for k, v in found.data.metrics.items()}
+
+
+def total_steps(tracking_uri: str, name: str, experiment: str = EXPERIMENT) -> int:
+    """The optimiser steps the finished run ``name`` trained: its last ``train/global_step``;
+    for a run trained before xmr logged it, the sum of its epochs' ``train/steps``."""
+    found = _finished_run(tracking_uri, name, experiment)
+    if "train/global_step" in found.data.metrics:
+        return int(found.data.metrics["train/global_step"])
+    history = mlflow.MlflowClient(tracking_uri).get_metric_history(found.info.run_id, "train/steps")
+    return int(sum({m.step: m.value for m in history}.values()))  # a resumed epoch counts once
+
+
+def by_steps(steps: Mapping[int, int]) -> list[tuple[int, list[int]]]:
+    """Seeds grouped by step count, ``[(steps, seeds)]`` in ascending steps: one
+    ``xmr train --steps N --seeds ...`` per group trains the step-matched control."""
+    ordered = sorted(steps.items(), key=lambda item: (item[1], item[0]))
+    return [
+        (count, [seed for seed, _ in group])
+        for count, group in itertools.groupby(ordered, key=lambda item: item[1])
+    ]
+
+
+def short_name(metric: str) -> str:
+    """``test/odmap_at_1`` -> ``odmap@1``."""
+    return metric.removeprefix("test/").replace("_at_", "@")
+
+
+def summarise(
+    rows: Mapping[str, Sequence[Mapping[str, float]]], metrics: Sequence[str], seeds: Sequence[int]
+) -> str:
+    """A Markdown table: one row per condition, per metric the mean ± sample std over seeds
+    (``–`` for one seed) and, when the run has them, the first seed's run's 95 % bootstrap
+    interval over the test queries (``[low, high]``).
+
+    ``rows``: per condition, one run's metrics per seed, in the order of ``seeds``.
+    """
+    lines = ["| condition | seeds | " + " | ".join(short_name(m) for m in metrics) + " |"]
+    lines.append("|---|---|" + "---|" * len(metrics))
+    intervals = False
+    for condition, results in rows.items():
+        cells = []
+        for metric in metrics:
+            values = np.array([r[metric] for r in results if metric in r])
+            if not len(values):
+                cells.append("–")
+                continue
+            spread = f"{values.std(ddof=1):.3f}" if len(values) > 1 else "–"
+            cell = f"{values.mean():.3f} ± {spread}"
+            low, high = (results[0].get(f"{metric}_ci_{end}") for end in ("low", "high"))
+            if low is not None and high is not None:
+                cell += f" [{low:.3f}, {high:.3f}]"
+                intervals = True
+            cells.append(cell)
+        lines.append(f"| {condition} | {len(results)} | " + " | ".join(cells) + " |")
+    legend = "mean ± std over seeds"
+    if intervals:
+        legend += f"; [low, high]: seed {seeds[0]}'s run's 95 % bootstrap interval over the queries"
+    return "\n".join([*lines, "", legend])
+
+
+def gains(
+    rows: Mapping[str, Sequence[Mapping[str, float]]],
+    treatment: str,
+    controls: Sequence[str],
+    metrics: Sequence[str],
+    seeds: Sequence[int],
+) -> str:
+    """One line per seed: ``treatment`` minus each of ``controls`` on each of ``metrics``."""
+    lines = []
+    for index, seed in enumerate(seeds):
+        against = []
+        for control in controls:
+            differences = ", ".join(
+                f"{short_name(m)} {rows[treatment][index][m] - rows[control][index][m]:+.3f}"
+                for m in metrics
+            )
+            against.append(f"{differences} over {control}")
+        lines.append(f"seed {seed}: {treatment} gains " + "; ".join(against))
+    return "\n".join(lines)

@@ -32,7 +32,7 @@ from xmr.synth.command import SynthFile
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import ratio_shortfall, training_data
-from xmr.train.options import TrainOptions
+from xmr.train.options import SeedOptions, TrainOptions
 from xmr.tune.space import EVAL_OPTIONS, TRAIN_OPTIONS, SpaceError, load_space
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def _default(cls: type, name: str) -> object:
 
 
 def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Path) -> None:
-    assert _flags("train") == _declared(TrainOptions, ClusterOptions)
+    assert _flags("train") == _declared(TrainOptions, SeedOptions, ClusterOptions)
     options = {f.name for f in option_fields(TrainOptions)}
     config_fields = {f.name for f in fields(TrainConfig)}
     # The model spec, the optimiser and the loss take the options that are not config fields.

@@ -18,7 +18,9 @@ import psutil
 import pytest
 import torch
 from biaug_fixture import write_biaug_dprime
+from typer.testing import CliRunner
 
+from xmr.cli import app
 from xmr.data import read_dataset
 from xmr.data.synthetic import read_manifest
 from xmr.eval.config import EvalConfig
@@ -27,6 +29,7 @@ from xmr.models import ModelSpec, create_model
 from xmr.progress import PARTS
 from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
+from xmr.tracking import PARENT_TAG
 from xmr.train.config import resolve_config
 from xmr.train.data import collate, training_data
 from xmr.train.run import train
@@ -162,15 +165,21 @@ def test_xmr_train_from_the_data_folder_logs_to_mlflow_and_resumes(
         train(changed, tracking_uri=uri)
 
 
+STEPS = 60  # of the killed-worker run: about 40 in its first epoch, the rest in its second
+
+
 def test_two_workers_keep_pairs_together_and_survive_a_killed_worker(
     local_ray, small_toyworld, tmp_path
 ) -> None:
-    """On D ∪ a BiAug D′ over two data-parallel workers: a training worker killed after the
-    first checkpoint costs only the epoch in flight (training resumes from that checkpoint and
-    ends at epoch 2), and in every epoch each positive trains in one batch with its hard
+    """On D ∪ a BiAug D′ over two data-parallel workers, for --steps 60: a training worker
+    killed after the first checkpoint costs only the epoch in flight (training resumes from that
+    checkpoint, scheduler included, and ends at epoch 2 after exactly 60 optimiser steps, the
+    second epoch cut short), and in every epoch each positive trains in one batch with its hard
     negative."""
     dprime = write_biaug_dprime(small_toyworld, tmp_path / "biaug", pairs=24)
-    config = _config(small_toyworld, tmp_path / "runs", workers=2, synth=dprime)
+    config = _config(
+        small_toyworld, tmp_path / "runs", workers=2, synth=dprime, epochs=None, steps=STEPS
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     killed: list[int] = []
 
@@ -208,6 +217,72 @@ def test_two_workers_keep_pairs_together_and_survive_a_killed_worker(
     params = client.get_run(result.mlflow_run_id).data.params
     assert (params["data.synth_mode"], params["data.hard_negatives"]) == ("biaug", "True")
     assert params["data.pairs_synthetic"] == "48"
+    history = client.get_metric_history(result.mlflow_run_id, "train/steps")
+    per_epoch = {m.step: m.value for m in history}
+    assert per_epoch[1] > STEPS - per_epoch[1] == per_epoch[2] > 0  # the last epoch cut short
+    assert result.metrics["train/global_step"] == STEPS
+    assert (params["train.steps"], params["train.total_steps"]) == (str(STEPS), str(STEPS))
+    assert params["train.epochs"] == "2"
+
+
+def test_xmr_train_seeds_nests_a_run_per_seed_each_stopped_after_its_steps(
+    local_ray, small_toyworld, tmp_path
+) -> None:
+    """``xmr train --seeds 0,1 --steps 7`` on 20 pairs (5 steps of 4 per epoch): a run per seed
+    (``grp-seed0``, ``grp-seed1``), each stopped after exactly 7 optimiser steps (its second
+    epoch cut to 2), nested in MLflow under the parent run ``grp``, which holds the shared
+    params, the seeds and every final metric's mean and sample std over its children; the
+    same command again reuses both runs and the parent; --seed with --seeds is refused."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["train", "--data", str(small_toyworld), "--split", "val", "--batch-size", "4",
+            "--steps", "7", "--seeds", "0,1", "--storage", str(tmp_path / "runs"),
+            "--name", "grp", "--tracking-uri", uri]  # fmt: skip
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert "grp: test split, mean ± std over 2 seeds" in done.output
+    assert "seed 1: 2 epochs, 7 optimiser steps" in done.output
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("xmr/train/toyworld").experiment_id
+    runs = {run.info.run_name: run for run in client.search_runs([experiment])}
+    assert set(runs) == {"grp", "grp-seed0", "grp-seed1"}
+    parent, children = runs["grp"], [runs["grp-seed0"], runs["grp-seed1"]]
+    assert {run.info.status for run in runs.values()} == {"FINISHED"}
+    assert all(child.data.tags[PARENT_TAG] == parent.info.run_id for child in children)
+    assert PARENT_TAG not in parent.data.tags
+    assert [child.data.params["train.seed"] for child in children] == ["0", "1"]
+    for child in children:
+        history = client.get_metric_history(child.info.run_id, "train/steps")
+        assert {m.step: m.value for m in history} == {1: 5, 2: 2}
+        assert child.data.metrics["train/global_step"] == 7
+        assert child.data.params["train.total_steps"] == "7"
+    shared = parent.data.params
+    assert (shared["train.seeds"], shared["train.steps"], shared["train.batch_size"]) == (
+        "0,1", "7", "4"
+    )  # fmt: skip
+    assert "train.seed" not in shared and "train.epochs" not in shared
+    finals = [
+        {key: value for key, value in child.data.metrics.items()
+         if key.startswith("final/") and "_ci_" not in key}
+        for child in children
+    ]  # fmt: skip
+    assert finals[0].keys() == finals[1].keys() and "final/test/odmap_at_1" in finals[0]
+    expected = {}
+    for key in finals[0]:
+        values = np.array([final[key] for final in finals])
+        expected[f"{key}_mean"], expected[f"{key}_std"] = values.mean(), values.std(ddof=1)
+    assert parent.data.metrics == pytest.approx(expected)
+
+    again = CliRunner().invoke(app, args)  # both runs finished: reused, under the same parent
+    assert again.exit_code == 0, again.output
+    assert again.output.count("its results are reused") == 2
+    assert len(client.search_runs([experiment])) == 3
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+    assert client.get_run(parent.info.run_id).data.metrics == pytest.approx(expected)
+
+    refused = CliRunner().invoke(app, [*args, "--seed", "1"])
+    assert refused.exit_code == 2
+    assert "error: --seed and --seeds exclude each other" in refused.output
 
 
 @pytest.mark.parametrize("family", ["vsepp", "blip"])

@@ -20,7 +20,14 @@ from xmr.data.errors import DataError
 from xmr.data.synthetic import ERROR_SCHEMA, ROW_SCHEMA, synthetic_mode
 from xmr.data.toyworld import generate
 from xmr.eval.protocol import record_gender
-from xmr.train.batching import EpochPlan, batch_groups, epoch_order, groups_of, pairs_together
+from xmr.train.batching import (
+    GROUP_COLUMN,
+    EpochPlan,
+    batch_groups,
+    epoch_order,
+    groups_of,
+    pairs_together,
+)
 from xmr.train.config import resolve_config
 from xmr.train.data import (
     PAIR_SCHEMA,
@@ -308,6 +315,34 @@ def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
         _log_inputs(run, alone, ablation, tiny_world)
     inputs = mlflow.MlflowClient(uri).get_run(run.run_id).inputs.dataset_inputs
     assert [i.dataset.name for i in inputs] == ["D′"]
+
+
+@pytest.mark.parametrize(
+    ("steps", "length"), [(1, (6, 1)), (6, (6, 1)), (12, (5, 3)), (31, (5, 7))]
+)
+def test_steps_set_the_epochs_from_the_fewest_steps_an_epoch_has(
+    tiny_world, biaug_dprime, tmp_path, steps: int, length: tuple[int, int]
+) -> None:
+    """--steps N on BiAug pairs and 5 single rows in batches of 5 (whole groups leave some a row
+    short: epoch 0 has 6 micro-batches, epoch 1 has 5): steps per epoch are the fewest of any
+    epoch the run trains, and the epochs ``ceil(N / steps per epoch)`` (12 steps: not 2 epochs
+    of 6, but 3 of 5); the epochs' steps add up to N. --epochs E: the fewest over E epochs."""
+    from xmr.train.loader import training_plan
+    from xmr.train.run import _run_length
+
+    full = training_data(read_dataset("toyworld", tiny_world, "train"), biaug_dprime).table
+    paired = np.array(full[GROUP_COLUMN].to_pylist()) != ""
+    table = full.filter(pa.array(paired | (np.cumsum(~paired) <= 5)))
+    fields = {"data": tiny_world, "synth": biaug_dprime, "storage": tmp_path, "batch_size": 5}
+    config = resolve_config("clip", steps=steps, **fields)
+    plan = training_plan(table, config, grouped=True)
+    assert [len(plan.batches(epoch)) for epoch in range(2)] == [6, 5]
+    per_epoch, epochs = _run_length(table, config, grouped=True)
+    assert (per_epoch, epochs) == length
+    assert per_epoch == min(len(plan.batches(epoch)) for epoch in range(epochs))
+    assert sum(config.steps_in_epoch(epoch, per_epoch) for epoch in range(epochs)) == steps
+    assert _run_length(table, resolve_config("clip", epochs=1, **fields), grouped=True) == (6, 1)
+    assert _run_length(table, resolve_config("clip", epochs=2, **fields), grouped=True) == (5, 2)
 
 
 def test_pairs_together_counts_rows_beside_their_partner() -> None:

@@ -21,7 +21,7 @@ from xmr.train.loader import (
     CollateSlots,
     StartClock,
     batches_of,
-    slots_per_epoch,
+    slots_of_steps,
     training_dataset,
     training_plan,
 )
@@ -105,7 +105,7 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
     dataset = training_dataset(pairs, config, corpus, clock, steps)
     dataset.context.execution_options.preserve_order = True  # as xmr.train.run's DataConfig
     batches = [batch for batch, pairs in batches_of(dataset.iterator(), prefetch=1)]
-    per_epoch = slots_per_epoch(config, steps)
+    per_epoch = slots_of_steps(config, steps)
     assert per_epoch == steps and len(batches) == 2 * per_epoch  # epochs 1 and 2
     model = create_model(config.model, seed=config.seed, corpus=corpus)
     for epoch in (1, 2):

@@ -8,6 +8,8 @@ loads neither torch, Ray nor MLflow.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from xmr.options import (
     ClusterOptions,
     check_options,
     command,
+    join_list_values,
     option,
     resolve_paths,
     tracking_uri_option,
@@ -25,7 +28,7 @@ from xmr.options import (
 )
 from xmr.storage import StoragePath
 from xmr.synth.command import synth_command
-from xmr.train.options import TrainOptions
+from xmr.train.options import SeedOptions, TrainOptions, check_seed_flags
 from xmr.tune.options import TuneOptions
 
 app = typer.Typer(
@@ -116,21 +119,33 @@ app.command("eval")(
 app.command("synth")(synth_command)
 
 
-def train_command(options: TrainOptions, cluster: ClusterOptions) -> None:
+def train_command(options: TrainOptions, seeds: SeedOptions, cluster: ClusterOptions) -> None:
     """Finetune a model on Ray Train (D, or D ∪ D′), evaluate it, and log it to MLflow.
 
-    Rerunning the same --name resumes from its latest checkpoint.
+    Rerunning the same --name resumes from its latest checkpoint. --seeds 0 1 2 trains the
+    same config once per seed and reports each final metric's mean ± std.
     """
-    from xmr.train.report import print_summary
+    from xmr.train.report import print_seeds_summary, print_summary
     from xmr.train.run import train
+    from xmr.train.seeds import train_seeds
 
     with user_errors():
+        check_seed_flags(options, seeds)
         config = options.config()
-        result = train(config, address=cluster.address, tracking_uri=cluster.tracking_uri)
-    print_summary(result, config)
+        if seeds.seeds is not None:
+            group = train_seeds(
+                config, seeds.seeds, name=options.name, address=cluster.address,
+                tracking_uri=cluster.tracking_uri,
+            )  # fmt: skip
+        else:
+            result = train(config, address=cluster.address, tracking_uri=cluster.tracking_uri)
+    if seeds.seeds is not None:
+        print_seeds_summary(group, config)
+    else:
+        print_summary(result, config)
 
 
-app.command("train")(command(train_command, TrainOptions, ClusterOptions))
+app.command("train")(command(train_command, TrainOptions, SeedOptions, ClusterOptions))
 
 
 def tune_command(options: TuneOptions, cluster: ClusterOptions) -> None:
@@ -303,5 +318,11 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
 app.command("demo")(command(demo_command, DemoOptions, ClusterOptions))
 
 
+def main(args: Sequence[str] | None = None) -> None:
+    """The ``xmr`` command: :data:`app` on ``args`` (default: the command line), with list
+    flags' values joined (``--seeds 0 1 2``, :func:`~xmr.options.join_list_values`)."""
+    app(join_list_values(sys.argv[1:] if args is None else args))
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -31,7 +31,7 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import MISSING, Field, dataclass, field, fields
 from functools import cache
@@ -242,6 +242,33 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     said = "; ".join(part for part in (exc.context, exc.problem) if part)
     mark = exc.problem_mark or exc.context_mark
     return f"{said} (line {mark.line + 1}, column {mark.column + 1})" if mark else said
+
+
+LIST_FLAGS = ("--seeds",)
+"""Flags that take several values (``--seeds 0 1 2``), which click reads as one comma list."""
+
+
+def join_list_values(args: Sequence[str], flags: Sequence[str] = LIST_FLAGS) -> list[str]:
+    """``args`` with the values after each of ``flags`` joined into its one comma list, up to
+    the next flag: ``--seeds 0 1 2`` becomes ``--seeds 0,1,2`` (click has no option of a
+    variable number of values); a comma list or ``--seeds=0,1`` is left as it is.
+
+    >>> join_list_values(["train", "--seeds", "0", "1", "2", "--epochs", "3"])
+    ['train', '--seeds', '0,1,2', '--epochs', '3']
+    """
+    out: list[str] = []
+    index = 0
+    while index < len(args):
+        out.append(args[index])
+        index += 1
+        if out[-1] in flags:
+            values = []
+            while index < len(args) and not args[index].startswith("-"):
+                values.append(args[index])
+                index += 1
+            if values:
+                out.append(",".join(values))
+    return out
 
 
 def fail(message: str) -> typer.Exit:

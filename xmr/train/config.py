@@ -111,12 +111,18 @@ class TrainConfig:
     Train workers run in other folders); ``storage``, ``synth`` and the checkpoint may be
     object-store URIs (:class:`~xmr.storage.ObjectPath`). Values are checked against the
     bounds :class:`TrainOptions` declares.
+
+    ``steps`` (``--steps``) fixes the run's length in optimiser steps: training stops after
+    that many, the last epoch cut short, and :func:`~xmr.train.run.train` sets ``epochs`` to
+    the epochs they need, ``ceil(steps / steps per epoch)`` (steps per epoch depend on the
+    data); ``None``: ``epochs`` full epochs.
     """
 
     model: ModelSpec
     epochs: int
     batch_size: int
     optim: OptimConfig
+    steps: int | None = None  # total optimiser steps (None: epochs × steps per epoch)
     dataset: str = "toyworld"
     data: StoragePath | None = None  # None: the embedded default ToyWorld
     split: str = "train"
@@ -168,11 +174,27 @@ class TrainConfig:
         """Pairs each worker encodes at a time: ``per_worker_batch / accum_steps``."""
         return self.per_worker_batch // self.accum_steps
 
-    def fingerprint(self) -> str:
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """Optimiser steps of the whole run: ``steps``, else ``epochs × steps_per_epoch``."""
+        return self.epochs * steps_per_epoch if self.steps is None else self.steps
+
+    def steps_in_epoch(self, epoch: int, steps_per_epoch: int) -> int:
+        """Optimiser steps of epoch ``epoch`` (0-based): ``steps_per_epoch``, fewer in a last
+        epoch that ``steps`` cuts short.
+
+        >>> config = resolve_config("clip", steps=25)
+        >>> [config.steps_in_epoch(epoch, 10) for epoch in range(3)]
+        [10, 10, 5]
+        """
+        return min(steps_per_epoch, self.total_steps(steps_per_epoch) - epoch * steps_per_epoch)
+
+    def fingerprint(self, *, seeded: bool = True) -> str:
         """Hash of what decides the trained weights (not where or how fast it runs).
 
-        ``hard_negatives`` enters only when off, ``synth_only`` only when on and ``precision``
-        only when not fp32, so runs named before the flags existed keep their names.
+        ``hard_negatives`` enters only when off, ``synth_only`` only when on, ``precision``
+        only when not fp32 and ``steps`` only when set (then ``epochs``, which follows from
+        it, does not), so runs named before the flags existed keep their names. ``seeded``
+        False: without the seed, the hash of a group of runs over seeds (``--seeds``).
         """
         keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
         if self.hard_negatives:
@@ -181,11 +203,19 @@ class TrainConfig:
             del keep["synth_only"]
         if self.precision == "fp32":
             del keep["precision"]
+        if self.steps is None:
+            del keep["steps"]
+        else:
+            del keep["epochs"]
+        if not seeded:
+            del keep["seed"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:8]
 
-    def default_name(self) -> str:
+    def default_name(self, *, seeded: bool = True) -> str:
+        """``family-arch-dataset-<fingerprint>``; ``seeded`` False: the default name of a
+        ``--seeds`` group (:meth:`fingerprint` without the seed)."""
         arch = self.model.arch.replace("/", "_")
-        return f"{self.model.family}-{arch}-{self.dataset}-{self.fingerprint()}"
+        return f"{self.model.family}-{arch}-{self.dataset}-{self.fingerprint(seeded=seeded)}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (paths as strings), the inverse of :meth:`from_dict`."""
@@ -221,6 +251,7 @@ class TrainConfig:
             "data.hard_negatives": str(self.hard_negatives),
             "data.synth_only": str(self.synth_only),
             "train.epochs": str(self.epochs),
+            "train.steps": "none" if self.steps is None else str(self.steps),
             "train.batch_size": str(self.batch_size),
             "train.precision": self.precision,
             "train.workers": str(self.workers),
@@ -243,6 +274,7 @@ def resolve_config(
     pretrained: str | None = None,
     init: StoragePath | None = None,
     epochs: int | None = None,
+    steps: int | None = None,
     batch_size: int | None = None,
     lr: float | None = None,
     fair_alpha: float = 0.0,
@@ -255,7 +287,13 @@ def resolve_config(
     On ToyWorld with no ``pretrained`` tag given, the :data:`TOYWORLD` presets apply;
     otherwise :data:`PAPER_DEFAULTS`. ``pretrained="none"`` forces random init. A value given,
     zero included, is kept (and refused when out of bounds), never replaced by the default.
+    ``steps`` and ``epochs`` exclude each other (the steps decide the epochs).
     """
+    if steps is not None and epochs is not None:
+        raise ValueError(
+            "--steps and --epochs exclude each other: --steps N trains N optimiser steps, "
+            "over the epochs they need"
+        )
     table = PAPER_DEFAULTS if dataset != "toyworld" or pretrained is not None else TOYWORLD
     if family not in table:
         raise ValueError(f"unknown model family {family!r}; choose from {sorted(table)}")
@@ -275,6 +313,7 @@ def resolve_config(
         model=spec,
         loss=LossConfig(fair_alpha=fair_alpha, max_violation=violation),
         epochs=defaults.epochs if epochs is None else epochs,
+        steps=steps,
         batch_size=defaults.batch_size if batch_size is None else batch_size,
         optim=optim,
         dataset=dataset,

@@ -2,7 +2,7 @@
 
 The dataset handed to Ray Train holds one row per micro-batch *slot* of the whole run: slot
 ``g`` is micro-batch ``k = g mod S`` of epoch ``e = g div S`` (``S`` slots per epoch over all
-workers, :func:`slots_per_epoch`). :class:`CollateSlots`, a Ray Data actor stage, turns it into
+workers, :func:`slots_of_steps`). :class:`CollateSlots`, a Ray Data actor stage, turns it into
 the rows the run's :class:`~xmr.train.batching.EpochPlan` gives micro-batch ``k`` of epoch
 ``e`` (a seeded permutation of the whole training table, or of its BiAug groups, which then
 stay whole in one micro-batch): it reads the pairs, decodes the images, applies the train
@@ -107,9 +107,10 @@ def training_plan(table: pa.Table, config: TrainConfig, grouped: bool) -> EpochP
     )
 
 
-def slots_per_epoch(config: TrainConfig, steps_per_epoch: int) -> int:
-    """Micro-batches of one epoch over all workers: steps × workers × accumulation steps."""
-    return steps_per_epoch * config.workers * config.accum_steps
+def slots_of_steps(config: TrainConfig, steps: int) -> int:
+    """Micro-batches of ``steps`` optimiser steps over all workers: steps × workers ×
+    accumulation steps."""
+    return steps * config.workers * config.accum_steps
 
 
 def training_dataset(
@@ -120,11 +121,13 @@ def training_dataset(
     steps_per_epoch: int,
     grouped: bool = False,
 ) -> ray.data.Dataset:
-    """Ray Train's ``train`` dataset: the run's slots mapped by ``config.loaders``
-    :class:`CollateSlots` actors of ``config.loader_cpus`` CPUs each (``grouped``: the table's
-    BiAug groups stay whole in a micro-batch)."""
-    per_epoch = slots_per_epoch(config, steps_per_epoch)
-    slots = per_epoch * config.epochs
+    """Ray Train's ``train`` dataset: the run's slots (as many as its
+    :meth:`~xmr.train.config.TrainConfig.total_steps` need: a last epoch that ``--steps`` cuts
+    short has fewer) mapped by ``config.loaders`` :class:`CollateSlots` actors of
+    ``config.loader_cpus`` CPUs each (``grouped``: the table's BiAug groups stay whole in a
+    micro-batch)."""
+    per_epoch = slots_of_steps(config, steps_per_epoch)
+    slots = slots_of_steps(config, config.total_steps(steps_per_epoch))
     # Blocks made here: no read task, which would need a CPU that the workers may all hold.
     items = [{SLOT_COLUMN: slot} for slot in range(slots)]
     return ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK)).map_batches(

@@ -44,7 +44,7 @@ from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
 from xmr.train.accumulate import accumulated_backward, average_gradients
 from xmr.train.config import TrainConfig
-from xmr.train.loader import batches_of, slots_per_epoch
+from xmr.train.loader import batches_of, slots_of_steps
 from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import autocast, check_precision, grad_scaler
 
@@ -79,7 +79,7 @@ def run_eval(
 ) -> tuple[dict[str, float], dict[str, QueryValues]]:
     """Evaluate ``model`` in this process (no Ray) on ``split``: ``{split}/...`` metrics, with
     their bootstrap intervals (``..._ci_low``, ``..._ci_high``), and the per-query values they
-    are means of (none for the product protocols).
+    are means of.
 
     Data with product entities (``products``: Fashion-Gen, the ToyWorld shop) is evaluated with
     the EI-CLIP paper's product protocols (full candidate set and same-sub-category "sample
@@ -88,9 +88,10 @@ def run_eval(
     if products:
         records = read_dataset(config.dataset, data_root, split)
         product_ids = read_product_ids(data_root, split) if config.dataset == "fashiongen" else None
-        return product_retrieval(
+        result = product_retrieval(
             model, records, split=split, product_ids=product_ids, ks=config.ks, seed=config.seed
-        ).metrics, {}
+        )
+        return {**result.metrics, **result.interval_metrics()}, result.per_query
     eval_config = EvalConfig(
         model=config.model,
         dataset=config.dataset,
@@ -127,11 +128,12 @@ def _save(
 def train_loop(loop_config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker``.
 
-    ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`), ``data_root`` (resolved dataset
-    folder), ``steps_per_epoch``, ``corpus`` (captions and entities, for vocabularies),
-    ``progress`` (rank 0's progress through each epoch: ``"bar"``, ``"lines"`` or ``"none"``;
-    the epoch line is always printed), ``grouped`` (the batches keep BiAug groups whole: report
-    ``train/pairs_together``), ``clock`` (the loader's
+    ``loop_config``: ``config`` (:meth:`TrainConfig.to_dict`, its ``epochs`` resolved),
+    ``data_root`` (resolved dataset folder), ``steps_per_epoch`` (of a full epoch: the run's
+    total, :meth:`TrainConfig.total_steps`, may end within the last one), ``corpus`` (captions
+    and entities, for vocabularies), ``progress`` (rank 0's progress through each epoch:
+    ``"bar"``, ``"lines"`` or ``"none"``; the epoch line is always printed), ``grouped`` (the
+    batches keep BiAug groups whole: report ``train/pairs_together``), ``clock`` (the loader's
     :class:`~xmr.train.loader.StartClock`).
     """
     config = TrainConfig.from_dict(loop_config["config"])
@@ -150,7 +152,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     # The same seed on every rank: each draws the global batch's BLIP negatives alike.
     objective = model.objective(config.loss, seed=config.seed * 1_009)
     optimizer = make_optimizer(objective.parameters(), config.optim)
-    scheduler = make_scheduler(optimizer, config.optim, steps_per_epoch, config.epochs)
+    total_steps = config.total_steps(steps_per_epoch)
+    scheduler = make_scheduler(optimizer, config.optim, steps_per_epoch, total_steps)
     scaler = grad_scaler(config.precision, device)
     start_epoch, best = 0, -math.inf
     checkpoint = ray.train.get_checkpoint()
@@ -172,8 +175,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     # Every rank, before it first asks for a batch: the loader skips the epochs already done.
     ray.get(loop_config["clock"].set.remote(start_epoch))
     decoded = batches_of(ray.train.get_dataset_shard("train"), PREFETCH_BATCHES)
-    per_worker = slots_per_epoch(config, steps_per_epoch) // context.get_world_size()
     for epoch in range(start_epoch, config.epochs):
+        epoch_steps = config.steps_in_epoch(epoch, steps_per_epoch)
+        # this worker's share of the epoch's slots (every worker gets as many)
+        per_worker = slots_of_steps(config, epoch_steps) // context.get_world_size()
         seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # dropout, sampling
         objective.train()
         totals: dict[str, float] = defaultdict(float)
@@ -181,11 +186,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         first_step = (0.0, 0)  # seconds to the end of the first step, pairs by then
         pair_rows = [0, 0]  # rows of a hard-negative pair, those batched with their partner
         bar = (
-            _epoch_progress(loop_config["progress"], steps_per_epoch, epoch, config.epochs)
+            _epoch_progress(loop_config["progress"], epoch_steps, epoch, config.epochs)
             if rank == 0
             else None
         )
-        # this worker's share of the epoch's slots (every worker gets as many)
         for group in _in_groups(islice(decoded, per_worker), config.accum_steps):
             micro = [batch.to(device, non_blocking=True) for batch, _ in group]
             pair_rows[0] += sum(grouped_rows for _, (grouped_rows, _) in group)
@@ -230,6 +234,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             "train/first_step_s": first_step[0],
             "train/epoch_s": seconds,
             "train/steps": steps,
+            # optimiser steps since the run began (the scheduler's count, kept in checkpoints)
+            "train/global_step": scheduler.last_epoch,
             **{f"train/{key}": total / max(1, steps) for key, total in totals.items()},
         }
         if grouped:  # over all ranks: 1.0 with hard negatives, chance without

@@ -39,10 +39,9 @@ def lr_factor(step: int, optim: OptimConfig, steps_per_epoch: int, total_steps: 
 
 
 def make_scheduler(
-    optimizer: torch.optim.Optimizer, optim: OptimConfig, steps_per_epoch: int, epochs: int
+    optimizer: torch.optim.Optimizer, optim: OptimConfig, steps_per_epoch: int, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A per-step scheduler following :func:`lr_factor`."""
-    total = steps_per_epoch * epochs
+    """A per-step scheduler following :func:`lr_factor` over a run of ``total_steps``."""
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, optim, steps_per_epoch, total)
+        optimizer, lambda step: lr_factor(step, optim, steps_per_epoch, total_steps)
     )

@@ -52,6 +52,13 @@ class TrainOptions:
         0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
     )
     epochs: int | None = option(None, "Epochs (default: the family's).", ge=1)
+    steps: int | None = option(
+        None,
+        "Total optimiser steps (default: epochs × steps per epoch): training stops after N, "
+        "the last epoch cut short, over ceil(N / steps per epoch) epochs; the LR schedule "
+        "spans N. Excludes --epochs (e.g. a D-only control matched to a D ∪ D′ run's steps).",
+        ge=1,
+    )
     batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
     lr: float | None = option(None, "Learning rate (default: the family's).", gt=0)
     precision: str = option(
@@ -84,7 +91,9 @@ class TrainOptions:
     storage: StoragePath = option(
         DEFAULT_STORAGE, "Folder of runs and checkpoints: a path, or s3://… on a cluster."
     )
-    seed: int = option(0, "Seed of init, shuffling and sampling.", ge=0)
+    seed: int | None = option(
+        None, "Seed of init, shuffling and sampling (default: 0; excludes --seeds).", ge=0
+    )
     eval_every: int = option(
         0, "Evaluate on the val split every N epochs (0: only at the end).", ge=0
     )
@@ -102,5 +111,54 @@ class TrainOptions:
         """
         from xmr.train.config import resolve_config
 
-        fields = asdict(self)
-        return resolve_config(fields.pop("model"), **{**fields, "name": self.name or ""})
+        fields = {**asdict(self), "name": self.name or "", "seed": self.seed or 0}
+        return resolve_config(fields.pop("model"), **fields)
+
+
+@dataclass(frozen=True)
+class SeedOptions:
+    """``xmr train --seeds``: the run once per seed (:mod:`xmr.train.seeds`). Not an option of
+    one run (a sweep's trial is one run), so not a field of :class:`TrainOptions`."""
+
+    seeds: tuple[int, ...] | None = option(
+        None,
+        "Train once per seed, e.g. 0 1 2 (or 0,1,2): runs <name>-seed<N>, nested in MLflow under a parent "
+        "run <name> with every final metric's mean and std over seeds. Excludes --seed.",
+        cli_type=str,
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seeds, str):
+            object.__setattr__(self, "seeds", parse_seeds(self.seeds))
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """The seeds of ``--seeds``: integers >= 0, comma-separated, each once.
+
+    >>> parse_seeds("0, 1,2")
+    (0, 1, 2)
+    >>> parse_seeds("1,1")
+    Traceback (most recent call last):
+    ValueError: --seeds takes comma-separated integers >= 0, each once, e.g. 0,1,2; got '1,1'
+    """
+    parts = [part.strip() for part in text.split(",")]
+    if all(part.isdigit() for part in parts):
+        seeds = tuple(int(part) for part in parts)
+        if len(set(seeds)) == len(seeds):
+            return seeds
+    raise ValueError(
+        f"--seeds takes comma-separated integers >= 0, each once, e.g. 0,1,2; got {text!r}"
+    )
+
+
+def check_seed_flags(options: TrainOptions, seeds: SeedOptions) -> None:
+    """Refuse ``--seed`` with ``--seeds``.
+
+    Raises:
+        ValueError: both given.
+    """
+    if options.seed is not None and seeds.seeds is not None:
+        raise ValueError(
+            "--seed and --seeds exclude each other: --seed S trains one run, --seeds S1,S2,... "
+            "one per seed"
+        )

@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -202,14 +202,25 @@ def _log_inputs(
         run.log_dataset(frame, source=str(source), name=name, context="training")
 
 
-def _steps_per_epoch(table: pa.Table, config: TrainConfig, grouped: bool) -> int:
-    """Optimiser steps in every epoch: the micro-batches of the epoch that has fewest (whole
-    groups fill some a row short or leave rows over, :func:`~xmr.train.batching.batch_groups`)
-    over workers × accumulation steps."""
-    epochs = range(config.epochs) if grouped else range(1)  # by rows, every epoch has as many
+def _run_length(table: pa.Table, config: TrainConfig, grouped: bool) -> tuple[int, int]:
+    """``(steps per epoch, epochs)`` of the run.
+
+    Steps per epoch: the micro-batches of the run's epoch that has fewest (whole groups fill
+    some a row short or leave rows over, :func:`~xmr.train.batching.batch_groups`; by rows,
+    every epoch has as many) over workers × accumulation steps; 0 when the data fill no step.
+    Epochs: ``config.epochs``, or with ``config.steps``, ``ceil(steps / steps per epoch)``
+    (grouped, the fewest over those epochs: looked for until the epochs needed are all seen).
+    """
     plan = training_plan(table, config, grouped)
-    fewest = min(len(plan.batches(epoch)) for epoch in epochs)
-    return fewest // (config.workers * config.accum_steps)
+    per_step = config.workers * config.accum_steps
+    fewest, epochs, seen = len(plan.batches(0)) // per_step, config.epochs, 1
+    while True:
+        if config.steps is not None and fewest > 0:
+            epochs = -(-config.steps // fewest)
+        if not grouped or fewest == 0 or seen >= epochs:
+            return fewest, epochs
+        fewest = min(fewest, len(plan.batches(seen)) // per_step)
+        seen += 1
 
 
 def default_world(config: TrainConfig) -> Path:
@@ -237,6 +248,10 @@ def train(
     ``callbacks`` join the run's Ray Train callbacks (a Tune trial forwards reports to Tune).
     ``progress``: the per-epoch progress of rank 0 (sweeps keep only the epoch lines): a bar
     when standard output is a terminal, else a line per tenth of the epoch.
+
+    With ``config.steps`` the run stops after that many optimiser steps, its epochs set here
+    from the data (:func:`_run_length`); every run logs its total as the param
+    ``train.total_steps`` and, per epoch, ``train/global_step``.
 
     The same config again (same ``name`` and storage, same store) resumes an unfinished run
     from its last checkpoint; a finished one comes back at once with its recorded final
@@ -268,12 +283,13 @@ def train(
     if not corpus.entities:  # the final ODmAP tags captions in the rank-0 worker
         require_tagger()
     grouped = data.synth_mode == "biaug"  # batches built from whole groups
-    steps_per_epoch = _steps_per_epoch(data.table, config, grouped)
+    steps_per_epoch, epochs = _run_length(data.table, config, grouped)
     if steps_per_epoch < 1:
         raise ValueError(
             f"{data.table.num_rows} training pairs give no full batch of "
             f"{config.per_worker_batch} per worker; lower --batch-size"
         )
+    config = replace(config, epochs=epochs)  # --steps: the epochs they need
 
     uri = resolve_tracking_uri(tracking_uri)
     experiment = experiment or experiment_name("train", config.dataset)
@@ -296,6 +312,7 @@ def train(
         "data.digest": data_digest(data.table),
         "data.dprime_digest": data.dprime_digest or "none",
         "data.synth_mode": data.synth_mode or "none",
+        "train.total_steps": str(config.total_steps(steps_per_epoch)),
         # data.synth_ratio is the ratio asked for; D′ may have had fewer pairs
         **({"data.synth_ratio_used": f"{data.synth_ratio:.6g}"} if config.synth else {}),
     }
