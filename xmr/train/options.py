@@ -122,8 +122,9 @@ class SeedOptions:
 
     seeds: tuple[int, ...] | None = option(
         None,
-        "Train once per seed, e.g. 0 1 2 (or 0,1,2): runs <name>-seed<N>, nested in MLflow under a parent "
-        "run <name> with every final metric's mean and std over seeds. Excludes --seed.",
+        "Train once per seed, e.g. 0 1 2 (or 0,1,2): runs <name>-seed<N>, nested in MLflow "
+        "under a parent run <name> with every final metric's mean and std over seeds. "
+        "Excludes --seed.",
         cli_type=str,
     )
 
