@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import mlflow
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -46,7 +47,15 @@ def test_demo_runs_the_odmap_job_and_a_rerun_skips_every_step(
         comparison["d_dprime/test/odmap_at_1"] - comparison["d/test/odmap_at_1"]
     )
     assert job.data.metrics["delta/test/odmap_at_1"] == pytest.approx(delta)
-    assert (workdir / "comparison.csv").is_file()
+    # Every compared metric has per-query values in both training runs: each change has its
+    # paired interval (the same test queries), in the CSV, the job's run and the table.
+    table = pd.read_csv(workdir / "comparison.csv").set_index("metric")
+    assert table[["ci_low", "ci_high", "significant"]].notna().all().all()
+    low, high = table.loc["test/odmap_at_1", ["ci_low", "ci_high"]]
+    assert low <= delta <= high
+    assert job.data.metrics["delta/test/odmap_at_1_ci_low"] == pytest.approx(low)
+    assert f"{delta:+.3f} [{low:+.3f}, {high:+.3f}]" in result.output
+    assert "paired bootstrap interval over the same queries" in " ".join(result.output.split())
 
     again = CliRunner().invoke(app, args)  # every step done: skipped, the same table
     assert again.exit_code == 0, again.output

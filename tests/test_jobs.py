@@ -9,10 +9,14 @@ import sys
 from pathlib import Path
 
 import mlflow
+import numpy as np
+import pandas as pd
 import pytest
 from rich.console import Console
 
+from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.jobs import Job, Step, StepContext, StepOutcome, run_job
+from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.steps import print_plan
 from xmr.tracking import start_run
 
@@ -110,6 +114,105 @@ def test_the_plan_marks_finished_steps_done(tmp_path: Path) -> None:
     assert "$ xmr third" in lines[-1]
 
 
+def _scored_step(name: str, sets: dict[str, QueryValues], extra: dict[str, float]) -> Step:
+    """A step whose run logs ``sets`` as its per-query values, their means and ``extra`` (a
+    metric without per-query values), as a training run's final evaluation does."""
+
+    def run(context: StepContext) -> StepOutcome:
+        metrics = {m: float(v.mean()) for s in sets.values() for m, v in s.values.items()}
+        metrics.update(extra)
+        with start_run(
+            context.experiment,
+            run_name=name,
+            tracking_uri=context.tracking_uri,
+            parent_run_id=context.parent_run_id,
+        ) as run:
+            run.log_metrics(metrics)
+            folder = Path(context.folder) / name
+            folder.mkdir()
+            run.log_artifact(write_per_query(sets, folder / PER_QUERY_FILE))
+        return StepOutcome(run.run_id, metrics)
+
+    return Step(name, f"score {name}", f"xmr {name}", run)
+
+
+def test_the_comparison_pairs_the_conditions_runs_query_by_query(tmp_path: Path) -> None:
+    """Two conditions whose runs logged per-query values: the change of each metric with its
+    paired interval (significant where every query moved, ≈ where it did not), a plain change
+    for a metric without per-query values and for a query set the runs scored differently
+    (said in one line), in the CSV, the job's run and the table."""
+    rng = np.random.default_rng(0)
+    hits = (rng.random(400) < 0.5).astype(np.float64)
+    queries = [f"{n}:a caption" for n in range(400)]
+    bias = rng.normal(0.2, 0.1, 60)
+    flipped = hits.copy()  # two hits become misses, two misses hits: no change on the whole
+    changed = [*np.flatnonzero(hits == 1)[:2], *np.flatnonzero(hits == 0)[:2]]
+    flipped[changed] = 1 - flipped[changed]
+    first = {
+        "t2i": QueryValues(queries, {"test/recall_t2i_at_1": hits, "test/recall_t2i_at_5": hits}),
+        "bias": QueryValues([f"{n}:a person" for n in range(60)], {"test/bias_at_10": bias}),
+    }
+    last = {
+        "t2i": QueryValues(
+            queries, {"test/recall_t2i_at_1": flipped, "test/recall_t2i_at_5": np.ones(400)}
+        ),
+        "bias": QueryValues([f"{n}:someone" for n in range(60)], {"test/bias_at_10": bias / 2}),
+    }
+    conditions = {"A": ["score-a"], "B": ["score-b"]}
+    rows = ["test/recall_t2i_at_1", "test/recall_t2i_at_5", "test/bias_at_10", "test/sumr"]
+
+    def compare(context: StepContext) -> StepOutcome:
+        return record_comparison(context, conditions, rows, {"A": "a", "B": "b"})
+
+    steps = [
+        _scored_step("score-a", first, {"test/sumr": 1.0}),
+        _scored_step("score-b", last, {"test/sumr": 1.5}),
+        Step("compare", "compare", "xmr compare", compare),
+    ]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    folder = tmp_path / "job"
+    folder.mkdir()
+    job = Job("paired", "p", folder, {}, steps)
+    result = run_job(job, tracking_uri=uri, console=Console(quiet=True))
+    compared = result.outcomes["compare"]
+
+    frame = pd.read_csv(folder / "comparison.csv").set_index("metric")
+    assert list(frame.columns) == ["A", "B", "delta", "ci_low", "ci_high", "significant"]
+    assert frame.loc["test/recall_t2i_at_5", "significant"]  # every miss became a hit
+    assert frame.loc["test/recall_t2i_at_5", "ci_low"] > 0
+    low, high = frame.loc["test/recall_t2i_at_1", ["ci_low", "ci_high"]]
+    assert low <= 0 <= high and not frame.loc["test/recall_t2i_at_1", "significant"]
+    for plain in ("test/bias_at_10", "test/sumr"):  # other bias queries; no per-query sumr
+        assert frame.loc[plain, ["ci_low", "ci_high", "significant"]].isna().all()
+    assert frame.loc["test/sumr", "delta"] == pytest.approx(0.5)
+
+    r5 = frame.loc["test/recall_t2i_at_5"]
+    job_run = mlflow.MlflowClient(uri).get_run(result.run_id).data.metrics
+    assert job_run["delta/test/recall_t2i_at_5_ci_low"] == pytest.approx(r5.ci_low)
+    assert job_run["delta/test/recall_t2i_at_5_ci_high"] == pytest.approx(r5.ci_high)
+    assert "delta/test/sumr_ci_low" not in job_run and "delta/test/sumr" in job_run
+    assert compared.notes == (
+        "no interval for the bias queries: the runs scored other bias queries (60 vs 60; "
+        "query 0 is '0:a person' vs '0:someone'): a paired comparison needs the same test set "
+        "(the same dataset and split; the default ToyWorld depends on --seed)",
+    )
+
+    metrics = condition_metrics(result.outcomes, conditions)
+    console = Console(record=True, width=200)
+    console.print(comparison_table("A vs B", metrics, rows, compared=compared))
+    shown = console.export_text()
+    assert f"{r5.delta:+.3f} [{r5.ci_low:+.3f}, {r5.ci_high:+.3f}]" in shown
+    assert f"≈ +0.000 [{low:+.3f}, {high:+.3f}]" in shown
+    bias_line = next(line for line in shown.splitlines() if "bias_at_10" in line)
+    plain_change = f"{frame.loc['test/bias_at_10', 'delta']:+.3f}"  # B − A, no interval
+    assert bias_line.split("│")[-2].strip() == plain_change
+    caption = " ".join(shown.split())  # wrapped to the table's width
+    assert "Δ = B − A [95% paired bootstrap interval over the same queries]" in caption
+    assert compared.notes[0] in caption
+    again = run_job(job, tracking_uri=uri, console=Console(quiet=True))
+    assert again.outcomes["compare"] == compared  # notes and intervals read back as recorded
+
+
 def _odmap(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, str(REPO / "ray_jobs" / "odmap.py"), *args]
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -196,6 +299,11 @@ def test_the_gender_job_sweeps_alpha_then_m_on_the_plain_model_and_draws_both_fr
     assert {"fair-alpha_pareto.png", "clip-m_trials.csv"} <= {
         a.path for a in client.list_artifacts(result.run_id)
     }
+    for step in ("fair-alpha", "clip-m"):  # two trials each: at most one pair of neighbours
+        marks = pd.read_csv(result.outcomes["pareto"].outputs[f"{step}_trials"])["pareto"]
+        assert marks.str.match(r"^(front|front ≈ .+|dominated)$").all()
+        ties = marks.str.startswith("front ≈ ").sum()
+        assert result.outcomes["pareto"].metrics[f"{step}/front_ties"] * 2 == ties
     console = Console(record=True, width=120)
     console.print(job.report(result.outcomes))
     assert "fair-alpha: recall–bias trade-off" in console.export_text()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 import yaml
 from PIL import Image
@@ -142,7 +143,15 @@ def test_the_biaug_job_builds_dprime_trains_step_matched_runs_scores_them_and_re
             compared[f"d_dprime/{key}"] - compared[f"d/{key}"]
         )
         assert job_run.data.metrics[f"delta/{key}"] == pytest.approx(compared[f"delta/{key}"])
-    assert (folder / "comparison.csv").is_file()
+    # Recall@K (the training runs' per-query values) and SugarCrepe (the evaluations') are
+    # paired over the same queries, each condition's runs merged; the binding test, which the
+    # training run logs as accuracies only, keeps a plain change.
+    table = pd.read_csv(folder / "comparison.csv").set_index("metric")
+    for key in ("test/recall_i2t_at_5", "sugarcrepe/swap_att_acc"):
+        low, high = table.loc[key, ["ci_low", "ci_high"]]
+        assert low <= compared[f"delta/{key}"] <= high
+        assert compared[f"delta/{key}_ci_low"] == pytest.approx(low)
+    assert table.loc["test/binding/counter_acc", ["ci_low", "ci_high"]].isna().all()
     console = Console(record=True, width=120)
     console.print(job.report(outcomes))
     shown = console.export_text()
@@ -264,12 +273,15 @@ def test_the_eiclip_job_trains_clip_and_eiclip_alike_and_compares_both_protocols
         assert compared[f"delta/{key}"] == pytest.approx(
             compared[f"eiclip/{key}"] - compared[f"clip/{key}"]
         )
+        summed = key.endswith("sumr")  # a sum over two query sets: no per-query values
+        assert (f"delta/{key}_ci_low" in compared) is not summed, key
     console = Console(record=True, width=120)
     console.print(job.report(outcomes))
     shown = " ".join(console.export_text().split())
     for text in ("Full candidate set, test split", "Sample 100 (same sub-category), test split",
                  "metric ┃ CLIP ┃ EI-CLIP ┃ Δ", "Rank t2i@10 ↑", "SumR ↑"):  # fmt: skip
         assert text in shown
+    assert "paired bootstrap" in shown  # the rank metrics' changes have intervals
 
     again = run_job(job, tracking_uri=uri, console=Console(quiet=True))
     assert list(again.skipped) == [s.name for s in job.steps] and again.run_id == result.run_id

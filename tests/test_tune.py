@@ -27,8 +27,11 @@ from ray_cluster import running_mlflow_server
 from typer.testing import CliRunner
 
 from xmr.cli import app
+from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
+from xmr.tracking import start_run
 from xmr.tune import SpaceError, load_space, shipped_spaces
-from xmr.tune.pareto import pareto_front
+from xmr.tune.pareto import front_line, front_marks, front_neighbours, pareto_front, plot_pareto
+from xmr.tune.space import Objective
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,6 +154,69 @@ def test_pareto_front_keeps_the_non_dominated_trials() -> None:
         pareto_front(values, ("max",))
 
 
+def test_front_neighbours_pair_adjacent_front_points_and_marks_name_the_ties() -> None:
+    xs = np.array([0.9, 0.8, 0.7, 0.6, 0.8, np.nan])  # the rows of the test above
+    front = np.array([True, True, False, True, True, False])
+    assert front_neighbours(xs, front) == [(3, 1), (1, 4), (4, 0)]  # by x, ties in row order
+    assert front_neighbours(xs, np.zeros(6, bool)) == []
+    assert front_neighbours(xs, np.eye(6, dtype=bool)[0]) == []
+    names = [f"alpha={n}" for n in range(6)]
+    marks = front_marks(front, [(3, 1), (1, 4)], names)
+    assert marks == [
+        "front", "front ≈ alpha=3; alpha=4", "dominated", "front ≈ alpha=1", "front ≈ alpha=1",
+        "dominated",
+    ]  # fmt: skip
+    assert front_line(xs, front, [(3, 1), (1, 4)], names) == (
+        "alpha=3 ≈ alpha=1 ≈ alpha=4; alpha=0"
+    )
+    assert front_line(xs, front, [], names) == "alpha=3; alpha=1; alpha=4; alpha=0"
+    assert front_line(xs, np.eye(6, dtype=bool)[2], [], names) == "alpha=2"
+
+
+def test_pareto_ties_pair_the_trials_runs_query_by_query(tmp_path: Path) -> None:
+    """Four trials on the front of recall against |bias|: two that differ on a handful of
+    queries and by noise in bias (not distinguishable), one that differs on every query, one
+    without per-query values (unmarked); the plot draws the tie."""
+    from xmr.tune.sweep import pareto_ties
+
+    rng = np.random.default_rng(0)
+    hits = (rng.random(500) < 0.5).astype(np.float64)
+    bias = rng.normal(0.3, 0.1, 80)
+    more_hits = hits.copy()
+    more_hits[np.flatnonzero(hits == 0)[:3]] = 1.0  # three more hits out of 500 queries
+    noise = rng.normal(0.0, 0.05, 80)
+    more_bias = bias + noise - noise.mean() + 0.002  # a trade-off: |bias| 0.002 higher
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rows = []
+    for name, recall, signed in [
+        ("m=0", hits, bias), ("m=8", more_hits, more_bias), ("m=64", hits * 0, bias / 3)
+    ]:  # fmt: skip
+        sets = {
+            "t2i": QueryValues([f"{n}:c" for n in range(500)], {"test/recall_t2i_at_10": recall}),
+            "bias": QueryValues([f"{n}:p" for n in range(80)], {"test/bias_at_10": signed}),
+        }
+        (tmp_path / name).mkdir()
+        with start_run("xmr/tune/ties", run_name=name, tracking_uri=uri) as run:
+            run.log_artifact(write_per_query(sets, tmp_path / name / PER_QUERY_FILE))
+        rows.append((name, run.run_id, recall.mean(), signed.mean()))
+    rows.append(("m=96", "", 0.2, -0.15))  # between m=64 and m=0, no per-query values
+    columns = ["run_name", "mlflow_run_id", "test/recall_t2i_at_10", "test/bias_at_10"]
+    frame = pd.DataFrame(rows, columns=columns)
+    x = Objective("test/recall_t2i_at_10", "max")
+    y = Objective("test/bias_at_10", "min", abs=True)
+    cache: dict = {}
+    ties = pareto_ties(frame, x, y, tracking_uri=uri, per_query=cache)
+    assert ties == [(0, 1)]  # by recall: m=64, m=96, m=0, m=8
+    assert set(cache) == set(frame["mlflow_run_id"]) and cache[""] is None  # each read once
+    names = frame["run_name"].tolist()
+    png = tmp_path / "pareto.png"
+    front = plot_pareto(frame, x, y, labels=names, path=png, title="m", ties=ties)
+    assert front_marks(front, ties, names) == ["front ≈ m=8", "front ≈ m=0", "front", "front"]
+    assert front_line(frame[x.name].to_numpy(), front, ties, names) == "m=64; m=96; m=0 ≈ m=8"
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.width > 300
+
+
 # --- sweeps ----------------------------------------------------------------------------------
 
 
@@ -262,6 +328,16 @@ def test_a_clip_sweep_logs_parent_children_and_pareto_and_survives_a_failed_tria
     assert best["metrics"]["test/bias_at_10"] == pytest.approx(
         finished["test/bias_at_10"].abs().min()
     )
+    # The front's neighbours compared over the queries both trials scored: each finished trial
+    # marked (a tie named on both sides), the failed one not; the tag lists the front by recall.
+    marks = trials.set_index("run_name")["pareto_test_recall_t2i_at_10_vs_test_bias_at_10"]
+    assert pd.isna(marks["clip_m=1000"])
+    on_front = [name for name, mark in marks.dropna().items() if mark != "dominated"]
+    for name in on_front:
+        for other in marks[name].removeprefix("front").removeprefix(" ≈ ").split("; "):
+            assert not other or name in marks[other]
+    front_tag = parent.data.tags["xmr.pareto_front"]
+    assert sorted(front_tag.replace(" ≈ ", "; ").split("; ")) == sorted(on_front)
     # Unclipped and clipped scores differ: the sweep really varied m.
     assert len(set(finished["test/recall_t2i_at_10"].round(6))) > 1
 

@@ -12,20 +12,22 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
-from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, paired_differences, read_per_query
+from xmr.eval.per_query import (
+    QueryValues,
+    logged_per_query,
+    paired_differences,
+    select_metrics,
+)
 from xmr.metrics.direction import find_direction
 from xmr.tracking import (
     PARENT_TAG,
-    download_artifact,
     experiment_id,
     experiment_names,
     resolve_tracking_uri,
@@ -190,19 +192,13 @@ def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
 
 
 def run_per_query(run_id: str, *, tracking_uri: str) -> dict[str, QueryValues]:
-    """The per-query values a run logged (its ``per_query.parquet`` artifact).
+    """The per-query values a run logged (its ``per_query.parquet`` artifact;
+    :func:`xmr.eval.per_query.logged_per_query`).
 
     Raises LookupError when the run has none (an evaluation from before per-query values were
     logged, or a run that never reached its evaluation).
     """
-    with tempfile.TemporaryDirectory() as tmp:
-        path = download_artifact(run_id, PER_QUERY_FILE, Path(tmp), tracking_uri=tracking_uri)
-        if path is None:
-            raise LookupError(
-                f"run {run_id} has no {PER_QUERY_FILE} artifact (it was evaluated before "
-                "per-query values were logged, or did not finish): evaluate it again"
-            )
-        return read_per_query(path)
+    return logged_per_query(run_id, tracking_uri=tracking_uri)
 
 
 def paired_comparison(
@@ -233,15 +229,7 @@ def paired_comparison(
                 f"no per-query values of {', '.join(unknown)}; the runs have: "
                 f"{', '.join(sorted(known))}"
             )
-        values = [
-            {
-                name: QueryValues(
-                    s.keys, {m: v for m, v in s.values.items() if m in metrics}, s.strata
-                )
-                for name, s in sets.items()
-            }
-            for sets in values
-        ]
+        values = [select_metrics(sets, metrics) for sets in values]
     intervals = paired_differences(
         values[0], values[1], resamples=resamples, confidence=confidence, seed=seed
     )

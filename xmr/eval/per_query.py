@@ -11,12 +11,14 @@ each query's stratum (its relation, category, ...: macro accuracies are resample
 :func:`~xmr.metrics.bootstrap.bootstrap_stratified_means`). They are written as
 ``per_query.parquet`` (MLflow artifact of every evaluation and training run), one row per
 (query set, query, metric): columns ``query_set``, ``query``, ``metric``, ``value`` and
-``stratum`` (null when the set has none; a file without the column reads as none).
+``stratum`` (null when the set has none; a file without the column reads as none);
+:func:`logged_per_query` reads a run's back from the tracking store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xmr.metrics import Interval, mean_intervals, paired_intervals
+from xmr.tracking import download_artifact
 
 PER_QUERY_FILE = "per_query.parquet"
 SCHEMA = pa.schema(
@@ -137,6 +140,19 @@ def paired_differences(
     return out
 
 
+def select_metrics(
+    sets: Mapping[str, QueryValues], metrics: Collection[str]
+) -> dict[str, QueryValues]:
+    """The query sets with only the values of ``metrics``; a set left without any is dropped."""
+    selected = {
+        name: QueryValues(
+            values.keys, {m: v for m, v in values.values.items() if m in metrics}, values.strata
+        )
+        for name, values in sets.items()
+    }
+    return {name: values for name, values in selected.items() if values.values}
+
+
 def to_table(sets: Mapping[str, QueryValues]) -> pa.Table:
     """The long table of :data:`SCHEMA`: a row per (query set, query, metric)."""
     columns: dict[str, list] = {name: [] for name in SCHEMA.names}
@@ -186,3 +202,20 @@ def read_per_query(path: Path) -> dict[str, QueryValues]:
     if missing:
         raise ValueError(f"{path}: not a per-query table (no {', '.join(sorted(missing))} column)")
     return from_table(table)
+
+
+def logged_per_query(run_id: str, *, tracking_uri: str) -> dict[str, QueryValues]:
+    """The per-query values MLflow run ``run_id`` logged (its ``per_query.parquet`` artifact).
+
+    Raises:
+        LookupError: the run has none (an evaluation from before per-query values were
+            logged, or a run that never reached its evaluation).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        path = download_artifact(run_id, PER_QUERY_FILE, Path(tmp), tracking_uri=tracking_uri)
+        if path is None:
+            raise LookupError(
+                f"run {run_id} has no {PER_QUERY_FILE} artifact (it was evaluated before "
+                "per-query values were logged, or did not finish): evaluate it again"
+            )
+        return read_per_query(path)

@@ -20,7 +20,9 @@ Steps, in the job's folder:
    (with ``--sugarcrepe``): ``xmr eval --benchmark`` on each run's last checkpoint, the JSON
    into ``eval/``.
 6. ``compare``: both conditions side by side with the change, into ``comparison.csv`` and the
-   job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``).
+   job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``); the change of Recall@K and of the
+   benchmarks has a paired bootstrap interval over the items both runs scored (the training
+   runs' and the evaluations' per-query values), the binding test's a plain change.
 
 Training ends with the test-split evaluation (Recall@K both ways) and, on a ToyWorld with a
 binding test, with that test too (``test/binding/swap_acc``, ``counter_acc``,
@@ -411,8 +413,7 @@ def _condition_steps() -> dict[str, list[str]]:
 
 def compare_step(context: StepContext, rows: list[str]) -> StepOutcome:
     """Record the comparison (:func:`~xmr.jobs.comparison.record_comparison`)."""
-    metrics = condition_metrics(context.outcomes, _condition_steps())
-    return record_comparison(context, metrics, rows, PREFIXES)
+    return record_comparison(context, _condition_steps(), rows, PREFIXES)
 
 
 def biaug_report(outcomes: Mapping[str, StepOutcome], rows: list[str]) -> Table:
@@ -424,4 +425,5 @@ def biaug_report(outcomes: Mapping[str, StepOutcome], rows: list[str]) -> Table:
         metrics,
         rows,
         label=lambda row: row.removeprefix(f"{split}/").replace("_at_", "@"),
+        compared=outcomes.get("compare"),
     )

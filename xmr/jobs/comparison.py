@@ -3,21 +3,37 @@ MLflow run) and the table its report prints.
 
 A condition (``D``, ``D ∪ BiAug-D′``; ``CLIP``, ``EI-CLIP``) is the steps whose outcomes hold
 its numbers: a training run (its final test metrics) and the evaluations of its checkpoint
-(ARO, SugarCrepe). The change is the last condition's over the first, coloured by the metric's
-direction (:func:`~xmr.metrics.metric_direction`).
+(ARO, SugarCrepe). The change is the last condition's over the first, with a paired bootstrap
+interval over the queries both scored (:func:`paired_changes`: the conditions' runs' logged
+per-query values, :mod:`xmr.eval.per_query`) for every metric that has them; it is coloured by
+the metric's direction (:func:`~xmr.metrics.metric_direction`) when that interval excludes 0,
+as ``xmr compare RUN_A RUN_B`` calls a difference, and marked ``≈`` when it holds 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
+from xmr.eval.per_query import (
+    QueryValues,
+    logged_per_query,
+    paired_differences,
+    select_metrics,
+)
 from xmr.jobs.steps import StepContext, StepOutcome
-from xmr.metrics import metric_direction
+from xmr.metrics import Interval, metric_direction
 
 DELTA = "delta"
-"""The prefix of the change's metrics in the job's run (``delta/<metric>``)."""
+"""The prefix of the change's metrics in the job's run (``delta/<metric>``, its interval
+``delta/<metric>_ci_low`` and ``delta/<metric>_ci_high``)."""
+
+RESAMPLES = 1000
+CONFIDENCE = 0.95
+SEED = 0
+"""The change's bootstrap: fixed, so that the same runs give the same table."""
 
 
 def condition_metrics(
@@ -41,40 +57,135 @@ def compared_rows(metrics: Mapping[str, Mapping[str, float]], rows: Sequence[str
     return [row for row in rows if all(row in values for values in metrics.values())]
 
 
+def condition_query_values(
+    outcomes: Mapping[str, StepOutcome], steps: Sequence[str], *, tracking_uri: str
+) -> dict[str, QueryValues]:
+    """One condition's per-query values: the query sets its steps' runs logged, merged in step
+    order (a later step's set replaces an earlier one of the same name, as its metrics do in
+    :func:`condition_metrics`); a run without any (an old run, a training run on product
+    data) adds none."""
+    merged: dict[str, QueryValues] = {}
+    for step in steps:
+        run_id = outcomes[step].run_id if step in outcomes else None
+        if run_id is None:
+            continue
+        try:
+            merged.update(logged_per_query(run_id, tracking_uri=tracking_uri))
+        except LookupError:
+            continue
+    return merged
+
+
+def paired_changes(
+    first: Mapping[str, QueryValues], last: Mapping[str, QueryValues], rows: Sequence[str]
+) -> tuple[dict[str, Interval], str | None]:
+    """The change ``last − first`` of each metric of ``rows`` that both have per-query values
+    of, with its paired bootstrap interval (:data:`RESAMPLES`, :data:`CONFIDENCE`,
+    :data:`SEED`), and one line naming the query sets that could not be paired (the runs
+    scored other queries: their metrics keep a plain change), or None.
+
+    Returns:
+        metric -> :class:`~xmr.metrics.Interval` of the change, in ``rows`` order; the line.
+    """
+    first, last = select_metrics(first, rows), select_metrics(last, rows)
+    found: dict[str, Interval] = {}
+    refused: dict[str, str] = {}
+    for name in [name for name in first if name in last]:
+        try:
+            found.update(
+                paired_differences(
+                    {name: first[name]},
+                    {name: last[name]},
+                    resamples=RESAMPLES,
+                    confidence=CONFIDENCE,
+                    seed=SEED,
+                )
+            )
+        except ValueError as exc:
+            refused[name] = str(exc)
+    note = None
+    if refused:
+        reason = next(iter(refused.values()))
+        note = f"no interval for the {', '.join(refused)} queries: {reason}"
+    return {row: found[row] for row in rows if row in found}, note
+
+
 def record_comparison(
     context: StepContext,
-    metrics: Mapping[str, Mapping[str, float]],
+    conditions: Mapping[str, Sequence[str]],
     rows: Sequence[str],
     prefixes: Mapping[str, str],
 ) -> StepOutcome:
-    """Write ``comparison.csv`` into the job's folder (a row per metric of ``rows`` that every
-    condition has, a column per condition) and log it, and each value as
-    ``<prefixes[condition]>/<metric>`` and the change as ``delta/<metric>`` (with two or more
-    conditions), into the job's MLflow run.
+    """Compare ``conditions`` (condition -> the steps holding its metrics and runs) on the
+    metrics of ``rows`` that every condition has.
+
+    Writes ``comparison.csv`` into the job's folder: a row per metric, a column per condition
+    and, with two or more conditions, the change (``delta``: last − first) with its paired
+    interval (``ci_low``, ``ci_high``; empty for a metric without per-query values in both
+    runs) and whether that excludes 0 (``significant``). Logs the CSV, each value as
+    ``<prefixes[condition]>/<metric>`` and the change as ``delta/<metric>`` (with
+    ``delta/<metric>_ci_low``, ``_ci_high``) into the job's MLflow run. The outcome's notes say
+    why query sets could not be paired, if any could not.
 
     Raises:
         RuntimeError: no metric of ``rows`` was measured in every condition.
     """
     import pandas as pd
 
+    metrics = condition_metrics(context.outcomes, conditions)
     kept = compared_rows(metrics, rows)
     if not kept:
         raise RuntimeError(f"no metric to compare: none of {', '.join(rows)} in every condition")
-    conditions = list(metrics)
-    frame = pd.DataFrame(
-        [{"metric": row, **{c: metrics[c][row] for c in conditions}} for row in kept]
-    )
-    path = context.folder / "comparison.csv"
-    path.write_text(frame.to_csv(index=False))  # a local file or an object in a bucket
+    names = list(metrics)
+    intervals: dict[str, Interval] = {}
+    note = None
+    if len(names) > 1:
+        first, last = (
+            condition_query_values(
+                context.outcomes, conditions[c], tracking_uri=context.tracking_uri
+            )
+            for c in (names[0], names[-1])
+        )
+        intervals, note = paired_changes(first, last, kept)
+    table = []
     logged: dict[str, float] = {}
     for row in kept:
-        logged.update({f"{prefixes[c]}/{row}": metrics[c][row] for c in conditions})
-        if len(conditions) > 1:
-            logged[f"{DELTA}/{row}"] = metrics[conditions[-1]][row] - metrics[conditions[0]][row]
+        values = {c: metrics[c][row] for c in names}
+        logged.update({f"{prefixes[c]}/{row}": value for c, value in values.items()})
+        line: dict[str, object] = {"metric": row, **values}
+        if len(names) > 1:
+            delta = values[names[-1]] - values[names[0]]
+            logged[f"{DELTA}/{row}"] = delta
+            interval = intervals.get(row)
+            line.update(delta=delta, ci_low=None, ci_high=None, significant=None)
+            if interval is not None:
+                logged[f"{DELTA}/{row}_ci_low"] = interval.low
+                logged[f"{DELTA}/{row}_ci_high"] = interval.high
+                line.update(
+                    ci_low=interval.low, ci_high=interval.high, significant=interval.excludes(0.0)
+                )
+        table.append(line)
+    path = context.folder / "comparison.csv"
+    path.write_text(pd.DataFrame(table).to_csv(index=False))  # a local file or in a bucket
+    if note is not None:
+        print(f"compare: {note}")
     run = context.job_run
     run.log_metrics(logged)
     run.log_artifact(path)
-    return StepOutcome(context.parent_run_id, logged, {"comparison": str(path)})
+    notes = (note,) if note is not None else ()
+    return StepOutcome(context.parent_run_id, logged, {"comparison": str(path)}, notes=notes)
+
+
+def recorded_intervals(compared: StepOutcome) -> dict[str, Interval]:
+    """The changes' intervals a :func:`record_comparison` outcome holds: metric ->
+    :class:`~xmr.metrics.Interval` (value: the change)."""
+    metrics = compared.metrics
+    found = {}
+    for name, value in metrics.items():
+        low, high = metrics.get(f"{name}_ci_low"), metrics.get(f"{name}_ci_high")
+        if name.startswith(f"{DELTA}/") and low is not None and high is not None:
+            found[name.removeprefix(f"{DELTA}/")] = Interval(value, low, high)
+    return found
 
 
 def comparison_table(
@@ -82,24 +193,54 @@ def comparison_table(
     metrics: Mapping[str, Mapping[str, float]],
     rows: Sequence[str],
     label: Callable[[str], str] = lambda row: row,
+    compared: StepOutcome | None = None,
 ) -> Table:
     """Metrics (``rows`` that every condition has, named by ``label``) as rows, conditions as
     columns with 3 decimals, then with two or more conditions the change of the last over the
-    first: green where it is better by the metric's direction, red where it is not. A
-    metric's name carries its direction (↑ higher is better, →0 closer to 0)."""
+    first, with its paired interval where ``compared`` (the :func:`record_comparison`
+    outcome) holds one: green where the interval excludes 0 and the change is better by the
+    metric's direction, red where it excludes 0 and is worse, dim and ``≈`` where it holds 0;
+    a change without an interval is green or red by its direction alone. A metric's name
+    carries its direction (↑ higher is better, →0 closer to 0); the caption says what the
+    interval is, and why some query sets could not be paired (``compared``'s notes)."""
     conditions = list(metrics)
-    table = Table(title=title)
+    intervals = recorded_intervals(compared) if compared is not None else {}
+    kept = compared_rows(metrics, rows)
+    lines = []
+    if len(conditions) > 1 and any(row in intervals for row in kept):
+        lines.append(
+            f"Δ = {conditions[-1]} − {conditions[0]} [{CONFIDENCE:.0%} paired bootstrap "
+            "interval over the same queries]: green better, red worse where the interval "
+            "excludes 0, ≈ where it holds 0; a Δ without one (no per-query values in both "
+            "runs) is coloured by its direction alone"
+        )
+    lines += list(compared.notes) if compared is not None else []
+    caption = escape("\n".join(lines)) if lines else None
+    table = Table(title=title, caption=caption, caption_justify="left")
     table.add_column("metric")
     for condition in conditions:
         table.add_column(condition, justify="right")
     if len(conditions) > 1:
         table.add_column("Δ", justify="right")
-    for row in compared_rows(metrics, rows):
+    for row in kept:
         direction = metric_direction(row)
         cells = [f"{metrics[c][row]:.3f}" for c in conditions]
         if len(conditions) > 1:
             first, last = metrics[conditions[0]][row], metrics[conditions[-1]][row]
-            colour = "green" if direction.better(last, than=first) else "red"
-            cells.append(f"[{colour}]{last - first:+.3f}[/{colour}]")
+            better = direction.better(last, than=first)
+            cells.append(_change_cell(last - first, intervals.get(row), better))
         table.add_row(f"{label(row)} {direction.symbol}", *cells)
     return table
+
+
+def _change_cell(change: float, interval: Interval | None, better: bool) -> str:
+    """A Δ cell's markup: ``+0.084 [+0.050, +0.120]`` green (``better``) or red where the
+    interval excludes 0, ``≈ +0.012 [-0.020, +0.040]`` dim where it holds 0; without an
+    interval, the plain change green or red by ``better`` alone."""
+    colour = "green" if better else "red"
+    if interval is None:
+        return f"[{colour}]{change:+.3f}[/{colour}]"
+    text = escape(f"{change:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}]")
+    if not interval.excludes(0.0):
+        return f"[dim]≈ {text}[/dim]"
+    return f"[{colour}]{text}[/{colour}]"

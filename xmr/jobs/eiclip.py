@@ -13,7 +13,9 @@ Steps, in the job's folder:
    pretrained weights, epochs, batch size, learning rate (EI-CLIP's: the paper finetunes every
    model with its recipe) and seed; each keeps its family's optimiser schedule.
 4. ``compare``: both models side by side with the change, under each protocol, into
-   ``comparison.csv`` and the job's MLflow run (``clip/…``, ``eiclip/…``, ``delta/…``).
+   ``comparison.csv`` and the job's MLflow run (``clip/…``, ``eiclip/…``, ``delta/…``). The
+   training runs log no per-query values of the product protocols: the change has no
+   interval.
 
 The two protocols (:mod:`xmr.eval.product_retrieval`): the full candidate set (every product of
 the split) and "Sample 100" (each query against 100 products of its own sub-category, without
@@ -202,22 +204,21 @@ def protocol_rows(split: str) -> dict[str, list[str]]:
     return rows
 
 
-def _conditions(outcomes: Mapping[str, StepOutcome]) -> dict[str, dict[str, float]]:
-    """Each trained model's metrics (the baseline only when the job trained it)."""
-    trained = {c: [step] for c, step in CONDITIONS.items() if step in outcomes}
-    return condition_metrics(outcomes, trained)
+def _trained(outcomes: Mapping[str, StepOutcome]) -> dict[str, list[str]]:
+    """Each trained model's step (the baseline only when the job trained it)."""
+    return {c: [step] for c, step in CONDITIONS.items() if step in outcomes}
 
 
 def compare_step(context: StepContext, rows: Mapping[str, list[str]]) -> StepOutcome:
     """Record the comparison (:func:`~xmr.jobs.comparison.record_comparison`), both
     protocols' metrics in one table."""
     every = [row for protocol in rows.values() for row in protocol]
-    return record_comparison(context, _conditions(context.outcomes), every, PREFIXES)
+    return record_comparison(context, _trained(context.outcomes), every, PREFIXES)
 
 
 def eiclip_report(outcomes: Mapping[str, StepOutcome], rows: Mapping[str, list[str]]) -> Group:
     """One table per protocol: Rank@K both ways and SumR of each model."""
-    metrics = _conditions(outcomes)
+    metrics = condition_metrics(outcomes, _trained(outcomes))
     tables = []
     for protocol, title in PROTOCOLS.items():
         split = rows[protocol][0].split("/")[0]
@@ -233,6 +234,7 @@ def eiclip_report(outcomes: Mapping[str, StepOutcome], rows: Mapping[str, list[s
                 metrics,
                 rows[protocol],
                 label=label,
+                compared=outcomes.get("compare"),
             )
         )
     return Group(*tables)

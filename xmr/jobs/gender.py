@@ -9,7 +9,8 @@ Steps, in the job's folder:
 3. ``clip-m``: CLIP-clip on the α = 0 trial's model (plain training, as the paper applies it):
    one evaluation per m (the shipped ``clip_m`` space), MI estimated on the train split.
 4. ``pareto``: both fronts (recall@10 text→image against |Bias@10|) as PNGs and tables in the
-   job's folder and the job's MLflow run.
+   job's folder and the job's MLflow run, neighbours on a front that the test set cannot tell
+   apart marked ``≈``.
 
 ``ray_jobs/gender.py`` submits it.
 """
@@ -185,44 +186,55 @@ def _on_the_plain_model(space: SearchSpace, context: StepContext) -> SearchSpace
 
 
 def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> StepOutcome:
-    """Each sweep's front: ``<sweep>_pareto.png`` and ``<sweep>_trials.csv`` (a ``front``
-    column added) in the job's folder and the job's run."""
-    from xmr.tune.pareto import plot_pareto
+    """Each sweep's front: ``<sweep>_pareto.png`` (neighbours the test set cannot tell apart
+    joined by a dashed ``≈``: :func:`xmr.tune.sweep.pareto_ties`) and ``<sweep>_trials.csv``
+    (``front`` and ``pareto`` columns added: :func:`xmr.tune.pareto.front_marks`) in the job's
+    folder and the job's run."""
+    from xmr.tune.pareto import front_marks, plot_pareto
+    from xmr.tune.sweep import pareto_ties
 
     run = context.job_run
     outputs: dict[str, str] = {}
     metrics: dict[str, float] = {}
     for step, space in spaces.items():
         trials = _read_csv(context.outcomes[step].outputs["trials"])
-        x_name, y_name = space.pareto[0]
-        done = trials[trials["status"] == "FINISHED"].dropna(subset=[x_name, y_name])
+        x, y = (space.metric(name) for name in space.pareto[0])
+        done = trials[trials["status"] == "FINISHED"].dropna(subset=[x.name, y.name])
         done = done.reset_index(drop=True)
+        names = done["run_name"].tolist()
+        ties = pareto_ties(done, x, y, tracking_uri=context.tracking_uri)
         png = context.folder / f"{step}_pareto.png"
         front = plot_pareto(
             done,
-            space.metric(x_name),
-            space.metric(y_name),
-            labels=done["run_name"].tolist(),
+            x,
+            y,
+            labels=names,
             path=png,
             title=f"{step}: {len(done)} trials, front in red",
+            ties=ties,
         )
-        table = done.assign(front=front)
+        table = done.assign(front=front, pareto=front_marks(front, ties, names))
         csv = context.folder / f"{step}_trials.csv"
         csv.write_text(table.to_csv(index=False))
         for path in (png, csv):
             run.log_artifact(path)
         outputs.update({f"{step}_pareto": str(png), f"{step}_trials": str(csv)})
         metrics[f"{step}/front_size"] = float(front.sum())
+        metrics[f"{step}/front_ties"] = float(len(ties))
     run.log_metrics(metrics)
     return StepOutcome(context.parent_run_id, metrics, outputs)
 
 
 def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
-    """One table per sweep: each trial's swept value, recall@10 t2i, Bias@10, on the front."""
+    """One table per sweep: each trial's swept value, recall@10 t2i, Bias@10, on the front
+    (``*``; ``* ≈ <trial>``: not distinguishable from that neighbour)."""
     tables = []
     for step, (_, swept) in SWEEPS.items():
         trials = _read_csv(outcomes["pareto"].outputs[f"{step}_trials"])
-        table = Table(title=f"{step}: recall–bias trade-off (test split; * on the Pareto front)")
+        table = Table(
+            title=f"{step}: recall–bias trade-off (test split; * on the Pareto front, "
+            "≈ not distinguishable from its neighbour)"
+        )
         for column in (swept, "recall t2i@10", "bias@10", "front"):
             table.add_column(column, justify="right")
         for _, row in trials.sort_values(swept).iterrows():
@@ -230,7 +242,7 @@ def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
                 f"{row[swept]:g}",
                 f"{row['test/recall_t2i_at_10']:.3f}",
                 f"{row['test/bias_at_10']:+.3f}",
-                "*" if row["front"] else "",
+                "*" + str(row.get("pareto", "front")).removeprefix("front") if row["front"] else "",
             )
         tables.append(table)
     return Group(*tables)

@@ -9,8 +9,9 @@ Steps, in the job's folder:
 3. ``train-d``: the model on D (``runs/train-d``); training ends with the test-split
    evaluation.
 4. ``train-d-dprime``: the same model, seed and budget on D ∪ D′ (``runs/train-d-dprime``).
-5. ``compare``: both runs' test metrics side by side with the change, into ``comparison.csv``
-   and the job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``).
+5. ``compare``: both runs' test metrics side by side with the change and its paired bootstrap
+   interval over the same test queries, into ``comparison.csv`` and the job's MLflow run
+   (``d/…``, ``d_dprime/…``, ``delta/…``, ``delta/…_ci_low``, ``delta/…_ci_high``).
 
 ``ray_jobs/odmap.py`` submits it to a cluster; ``xmr demo`` runs it on the embedded ToyWorld.
 """
@@ -33,6 +34,7 @@ from xmr.storage import StoragePath
 
 CONDITIONS = {"D": "train-d", "D ∪ D′": "train-d-dprime"}
 """The two training conditions and the steps that train them."""
+_CONDITION_STEPS = {condition: [step] for condition, step in CONDITIONS.items()}
 
 ROWS = [
     *(f"recall_i2t_at_{k}" for k in (1, 5, 10)),
@@ -135,19 +137,19 @@ def odmap_steps(
 
 def compare_step(context: StepContext) -> StepOutcome:
     """Record the comparison: ``comparison.csv`` in the job's folder, the metrics (``d/…``,
-    ``d_dprime/…``, ``delta/…``) and the CSV in the job's MLflow run."""
-    return record_comparison(context, _metrics(context.outcomes), COMPARED, PREFIXES)
+    ``d_dprime/…``, ``delta/…`` with its interval) and the CSV in the job's MLflow run."""
+    return record_comparison(context, _CONDITION_STEPS, COMPARED, PREFIXES)
 
 
 def odmap_report(outcomes: Mapping[str, StepOutcome]) -> Table:
-    """The finished job's comparison table (test split)."""
-    return comparison_table("test split: D vs D ∪ D′", _metrics(outcomes), COMPARED, _label)
+    """The finished job's comparison table (test split), each change with its paired interval
+    (recorded by the ``compare`` step)."""
+    metrics = condition_metrics(outcomes, _CONDITION_STEPS)
+    return comparison_table(
+        "test split: D vs D ∪ D′", metrics, COMPARED, _label, outcomes.get("compare")
+    )
 
 
 def _label(metric: str) -> str:
     """``test/odmap_at_1`` -> ``odmap@1``."""
     return metric.removeprefix("test/").replace("_at_", "@")
-
-
-def _metrics(outcomes: Mapping[str, StepOutcome]) -> dict[str, dict[str, float]]:
-    return condition_metrics(outcomes, {c: [step] for c, step in CONDITIONS.items()})

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -52,12 +52,15 @@ class StepOutcome:
             row counts), by MLflow metric name.
         outputs: the files and folders later steps read, by name (absolute paths).
         seconds: how long the step ran, in seconds (the attempt that finished it).
+        notes: what the job's report should say about the outcome, one line each (e.g. why a
+            comparison has no interval for some metrics).
     """
 
     run_id: str | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     outputs: Mapping[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class StepOutcome:
             "metrics": dict(self.metrics),
             "outputs": dict(self.outputs),
             "seconds": self.seconds,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -74,6 +78,7 @@ class StepOutcome:
             {k: float(v) for k, v in saved.get("metrics", {}).items()},
             {k: str(v) for k, v in saved.get("outputs", {}).items()},
             float(saved.get("seconds", 0.0)),
+            tuple(str(note) for note in saved.get("notes", ())),
         )
 
 
@@ -260,7 +265,7 @@ def run_job(
             started = time.perf_counter()
             outcome = step.run(context)
             seconds = time.perf_counter() - started
-            outcome = StepOutcome(outcome.run_id, outcome.metrics, outcome.outputs, seconds)
+            outcome = replace(outcome, seconds=seconds)
             _write_outcome(step_record(job.folder, step), outcome)
             run.log_metrics({f"time/{step.name}": seconds})
             outcomes[step.name] = outcome

@@ -3,12 +3,18 @@
 A trial is on the front when no other trial is at least as good on both metrics and strictly
 better on one. "Good" follows each metric's mode (``max`` / ``min``); biases are judged by
 their absolute value (:class:`~xmr.tune.space.Objective` ``abs``).
+
+Two front points next to each other along the x metric (:func:`front_neighbours`) may differ
+by less than the test set can tell: a sweep compares their trials' per-query values
+(``xmr.tune.sweep``) and calls them indistinguishable when the paired intervals of both
+differences hold 0; :func:`front_marks` and :func:`plot_pareto` show such ties.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -38,6 +44,67 @@ def pareto_front(values: np.ndarray, modes: Sequence[str]) -> np.ndarray:
     return front
 
 
+def objective_values(frame: pd.DataFrame, x: Objective, y: Objective) -> np.ndarray:
+    """float ``[N, 2]``: each row's ``x`` and ``y`` values as the front judges them (abs taken
+    where the objective says so; NaN where a metric is missing)."""
+    return np.column_stack(
+        [frame[o.name].astype(float).map(o.value).to_numpy(np.float64) for o in (x, y)]
+    )
+
+
+def front_neighbours(xs: np.ndarray, front: np.ndarray) -> list[tuple[int, int]]:
+    """The pairs of adjacent front points: ``(i, j)`` row indices of consecutive rows of the
+    front (bool ``[N]``) ordered by ``xs`` ``[N]`` (ties in row order), ``xs[i] <= xs[j]``.
+
+    >>> front_neighbours(np.array([0.9, 0.1, 0.5, 0.3]), np.array([True, True, False, True]))
+    [(1, 3), (3, 0)]
+    """
+    rows = np.flatnonzero(front)
+    ordered = rows[np.argsort(xs[rows], kind="stable")].tolist()
+    return list(pairwise(ordered))
+
+
+def front_marks(
+    front: np.ndarray, ties: Sequence[tuple[int, int]], names: Sequence[str]
+) -> list[str]:
+    """Each row's standing, for a table: ``"dominated"``, ``"front"``, or ``"front ≈ <name>"``
+    for a front row not distinguishable from its neighbour ``<name>`` (both neighbours:
+    ``"front ≈ <name>; <name>"``). ``front``: bool ``[N]``; ``ties``: row index pairs of
+    indistinguishable neighbours; ``names``: ``[N]`` the rows' names.
+
+    >>> front_marks(np.array([True, True, False]), [(0, 1)], ["a=0", "a=1", "a=2"])
+    ['front ≈ a=1', 'front ≈ a=0', 'dominated']
+    """
+    tied: dict[int, list[str]] = {}
+    for i, j in ties:
+        tied.setdefault(i, []).append(names[j])
+        tied.setdefault(j, []).append(names[i])
+    return [
+        ("front ≈ " + "; ".join(tied[row]) if row in tied else "front") if on else "dominated"
+        for row, on in enumerate(front)
+    ]
+
+
+def front_line(
+    xs: np.ndarray, front: np.ndarray, ties: Sequence[tuple[int, int]], names: Sequence[str]
+) -> str:
+    """The front in one line: its rows' ``names`` in ``xs`` order (:func:`front_neighbours`),
+    ``" ≈ "`` between neighbours in ``ties``, ``"; "`` between the others.
+
+    >>> front_line(np.array([0.2, 0.1, 0.3]), np.array([True, True, True]), [(1, 0)], "abc")
+    'b ≈ a; c'
+    """
+    rows = np.flatnonzero(front)
+    pairs = front_neighbours(xs, front)
+    if not pairs:
+        return names[rows[0]] if len(rows) else ""
+    tied = {(min(i, j), max(i, j)) for i, j in ties}
+    line = names[pairs[0][0]]
+    for i, j in pairs:
+        line += (" ≈ " if (min(i, j), max(i, j)) in tied else "; ") + names[j]
+    return line
+
+
 def plot_pareto(
     frame: pd.DataFrame,
     x: Objective,
@@ -46,20 +113,31 @@ def plot_pareto(
     labels: Sequence[str],
     path: StoragePath,
     title: str,
+    ties: Sequence[tuple[int, int]] = (),
 ) -> np.ndarray:
-    """Scatter of every trial (``frame[x.name]``, ``frame[y.name]``; abs taken where the
-    objective says so), the front highlighted and joined, each point labelled with
-    ``labels[i]`` (its swept values). Writes a PNG to ``path`` and returns the front,
-    bool ``[N]`` (:func:`pareto_front`)."""
-    xs = frame[x.name].astype(float).map(x.value).to_numpy()
-    ys = frame[y.name].astype(float).map(y.value).to_numpy()
-    front = pareto_front(np.column_stack([xs, ys]), (x.mode, y.mode))
+    """Scatter of every trial (:func:`objective_values` of ``frame``), the front highlighted and
+    its neighbours joined (:func:`front_neighbours`), each point labelled with ``labels[i]``
+    (its swept values). Neighbours in ``ties`` (row index pairs: not distinguishable on either
+    metric) are joined by a dashed segment marked ``≈``. Writes a PNG to ``path`` and returns
+    the front, bool ``[N]`` (:func:`pareto_front`)."""
+    values = objective_values(frame, x, y)
+    xs, ys = values[:, 0], values[:, 1]
+    front = pareto_front(values, (x.mode, y.mode))
+    tied = {(min(i, j), max(i, j)) for i, j in ties}
     fig = Figure(figsize=(9, 5.5))
     ax = fig.subplots()
     ax.scatter(xs[~front], ys[~front], color="0.6", label="dominated", zorder=2)
-    order = np.argsort(xs[front])
-    ax.plot(xs[front][order], ys[front][order], "-o", color="tab:red", label="Pareto front",
-            zorder=3)  # fmt: skip
+    ax.scatter(xs[front], ys[front], color="tab:red", label="Pareto front", zorder=3)
+    tie_label = "≈ not distinguishable (both paired intervals hold 0)"  # once in the legend
+    for i, j in front_neighbours(xs, front):
+        tie = (min(i, j), max(i, j)) in tied
+        ax.plot(xs[[i, j]], ys[[i, j]], "--" if tie else "-", color="tab:red", zorder=3,
+                label=tie_label if tie else None)  # fmt: skip
+        if tie:
+            tie_label = None
+            middle = ((xs[i] + xs[j]) / 2, (ys[i] + ys[j]) / 2)
+            ax.annotate("≈", middle, textcoords="offset points", xytext=(-4, -14),
+                        color="tab:red", fontsize=12, fontweight="bold")  # fmt: skip
     for xi, yi, label in zip(xs, ys, labels, strict=True):
         if np.isfinite(xi) and np.isfinite(yi):
             ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(5, 5), fontsize=8)

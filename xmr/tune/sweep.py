@@ -12,6 +12,14 @@ MLflow: one parent run per sweep in experiment ``xmr/tune/<space>`` (tags ``xmr.
 the space YAML as ``space.yaml``) and one child run per trial. When the sweep ends the parent
 holds ``best_config.json``, ``trials.csv`` and one ``pareto_<x>_vs_<y>.png`` per pair of
 metrics in the space, plus the best trial's metrics as ``best/...``.
+
+Each pair's Pareto front is checked against the test set's noise (:func:`pareto_ties`): two
+front points next to each other along x whose trials' paired bootstrap intervals (over the
+queries both scored, from their runs' ``per_query.parquet``) hold 0 on x and on y are not
+distinguishable. ``trials.csv`` says so in a column per pair (``pareto_<x>_vs_<y>``:
+``front``, ``front ≈ <neighbour's run name>`` or ``dominated``), the PNG joins them with a
+dashed ``≈`` segment and the parent's ``xmr.pareto_front`` tag (the first pair's front in x
+order) with `` ≈ ``. Trials without per-query values are left unmarked.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import ray
 import yaml
 from ray import tune
 
+from xmr.eval.per_query import QueryValues, logged_per_query, paired_differences, select_metrics
 from xmr.pipeline.ray_executor import init_ray
 from xmr.storage import StoragePath, as_path, check_bucket, storage_path
 from xmr.text import require_tagger
@@ -49,13 +58,24 @@ from xmr.tracking import (
     write_run_record,
 )
 from xmr.tune.options import DEFAULT_STORAGE
-from xmr.tune.pareto import plot_pareto
-from xmr.tune.space import DEFAULT_SYNTH, Domain, SearchSpace, SpaceError
+from xmr.tune.pareto import (
+    front_line,
+    front_marks,
+    front_neighbours,
+    objective_values,
+    pareto_front,
+    plot_pareto,
+)
+from xmr.tune.space import DEFAULT_SYNTH, Domain, Objective, SearchSpace, SpaceError
 from xmr.tune.trials import OBJECTIVE, SweepContext, eval_trial, train_trial
 
 SWEEP_FILE = "xmr_sweep.json"
 PARENT_ID_KEY = "parent_run_id"  # the parent run's id in SWEEP_FILE
 DRIVER_CPU = 0.01  # a training trial's own process: it only drives its TorchTrainer
+PAIRED_RESAMPLES = 1000
+PAIRED_CONFIDENCE = 0.95
+PAIRED_SEED = 0
+"""The bootstrap that compares neighbours on a front: fixed, so the marks are reproducible."""
 
 
 class SweepInterrupted(RuntimeError):
@@ -356,7 +376,7 @@ def run_sweep(
                 f"sweep {name} stopped after {ended} of {space.trial_count} trials; "
                 "rerun the same command to resume it"
             )
-        best, artifacts = _finish(space, trials, name, parent)
+        trials, best, artifacts = _finish(space, trials, name, parent)
     except (SweepInterrupted, KeyboardInterrupt, SystemExit):
         _end_sweep_runs(parent, experiment, "KILLED")
         raise
@@ -492,8 +512,10 @@ def _error_reason(error: BaseException, run: Any) -> str:
 
 def _finish(
     space: SearchSpace, trials: pd.DataFrame, name: str, parent: TrackedRun
-) -> tuple[dict[str, Any] | None, list[str]]:
-    """Log the sweep's outcome into the parent run and close it."""
+) -> tuple[pd.DataFrame, dict[str, Any] | None, list[str]]:
+    """Log the sweep's outcome into the parent run and close it; the trials with a
+    ``pareto_<x>_vs_<y>`` column per Pareto pair (:func:`front_marks`; empty for the trials not
+    plotted: failed, or without both metrics)."""
     objective = space.objective
     done = trials[trials["status"] == "FINISHED"] if not trials.empty else trials
     best = None
@@ -501,11 +523,10 @@ def _finish(
         score = done[objective.name].map(objective.value)
         index = score.idxmax() if objective.mode == "max" else score.idxmin()
         best = trials.loc[index].to_dict()
-    artifacts = ["trials.csv"]
+    trials = trials.copy()
+    artifacts = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        trials.to_csv(folder / "trials.csv", index=False)
-        parent.log_artifact(folder / "trials.csv")
         if best is not None:
             payload = {
                 "trial_id": best["trial_id"],
@@ -527,23 +548,33 @@ def _finish(
                 }
             )
         plotted = done.dropna(subset=[m.name for m in space.metrics]) if not done.empty else done
+        names = plotted["run_name"].tolist() if not plotted.empty else []
+        per_query: dict[str, dict[str, QueryValues] | None] = {}  # run id -> its values
         for pair, (x_name, y_name) in enumerate(space.pareto):
             if plotted.empty:
                 break
-            file = f"pareto_{_slug(x_name)}_vs_{_slug(y_name)}.png"
+            x, y = space.metric(x_name), space.metric(y_name)
+            slug = f"{_slug(x_name)}_vs_{_slug(y_name)}"
+            ties = pareto_ties(plotted, x, y, tracking_uri=parent.tracking_uri, per_query=per_query)
+            file = f"pareto_{slug}.png"
             front = plot_pareto(
                 plotted,
-                space.metric(x_name),
-                space.metric(y_name),
-                labels=plotted["run_name"].tolist(),
+                x,
+                y,
+                labels=names,
                 path=folder / file,
                 title=f"{name}: {len(plotted)} trials, front in red",
+                ties=ties,
             )
+            trials.loc[plotted.index, f"pareto_{slug}"] = front_marks(front, ties, names)
             parent.log_artifact(folder / file)
             artifacts.append(file)
             if pair == 0:
-                names = "; ".join(plotted["run_name"][front].tolist())
-                parent.set_tag("xmr.pareto_front", names)
+                xs = objective_values(plotted, x, y)[:, 0]
+                parent.set_tag("xmr.pareto_front", front_line(xs, front, ties, names))
+        trials.to_csv(folder / "trials.csv", index=False)
+        parent.log_artifact(folder / "trials.csv")
+        artifacts.insert(0, "trials.csv")
     parent.log_metrics(
         {
             "sweep/trials": float(len(trials)),
@@ -551,7 +582,63 @@ def _finish(
         }
     )
     parent.end("FINISHED")
-    return best, artifacts
+    return trials, best, artifacts
+
+
+def pareto_ties(
+    frame: pd.DataFrame,
+    x: Objective,
+    y: Objective,
+    *,
+    tracking_uri: str,
+    per_query: dict[str, dict[str, QueryValues] | None] | None = None,
+) -> list[tuple[int, int]]:
+    """The neighbours on the front of ``frame``'s trials (row positions, as
+    :func:`~xmr.tune.pareto.front_neighbours`) that the test set cannot tell apart: over the
+    queries both trials' runs (``mlflow_run_id``) scored, the paired bootstrap intervals of
+    their difference on ``x`` and on ``y`` both hold 0 (:data:`PAIRED_CONFIDENCE`; for an
+    ``abs`` objective, the difference of the signed metric). Neighbours are left out when
+    either run has no per-query values of both metrics or they scored other queries.
+
+    ``per_query``: run id -> its logged values (None: none), filled as runs are read, so that
+    several pairs of metrics read each run once.
+    """
+    values = objective_values(frame, x, y)
+    front = pareto_front(values, (x.mode, y.mode))
+    runs = frame["mlflow_run_id"].fillna("").astype(str).tolist()
+    cache = per_query if per_query is not None else {}
+    metrics = (x.name, y.name)
+    ties = []
+    for i, j in front_neighbours(values[:, 0], front):
+        first, second = (_trial_values(runs[k], tracking_uri, cache) for k in (i, j))
+        if first is None or second is None:
+            continue
+        try:
+            differences = paired_differences(
+                select_metrics(first, metrics),
+                select_metrics(second, metrics),
+                resamples=PAIRED_RESAMPLES,
+                confidence=PAIRED_CONFIDENCE,
+                seed=PAIRED_SEED,
+            )
+        except ValueError:  # other queries: not comparable, left unmarked
+            continue
+        if all(m in differences and not differences[m].excludes(0.0) for m in metrics):
+            ties.append((i, j))
+    return ties
+
+
+def _trial_values(
+    run_id: str, tracking_uri: str, cache: dict[str, dict[str, QueryValues] | None]
+) -> dict[str, QueryValues] | None:
+    """A trial's run's logged per-query values (None: no run, or none logged), read once into
+    ``cache``."""
+    if run_id not in cache:
+        try:
+            cache[run_id] = logged_per_query(run_id, tracking_uri=tracking_uri) if run_id else None
+        except LookupError:
+            cache[run_id] = None
+    return cache[run_id]
 
 
 def _slug(metric: str) -> str:
