@@ -34,7 +34,7 @@ from xmr.data.images import load_image
 from xmr.eval.clip import ClippedDims, clipped_split
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import EncodedSplit, encode
-from xmr.eval.per_query import QueryValues, intervals_of
+from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
     Interval,
@@ -92,11 +92,7 @@ class EvalResult:
 
     def interval_metrics(self) -> dict[str, float]:
         """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
-        return {
-            f"{name}_ci_{end}": value
-            for name, interval in self.intervals.items()
-            for end, value in (("low", interval.low), ("high", interval.high))
-        }
+        return interval_metrics(self.intervals)
 
     def to_json(self, config: EvalConfig) -> dict:
         return {
