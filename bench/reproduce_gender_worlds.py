@@ -23,6 +23,7 @@ from training_runs import final_metrics, run  # bench/training_runs.py
 
 from xmr.compare import paired_comparison, resolve_run, run_per_query
 from xmr.data.toyworld import load_config
+from xmr.eval.score import class_suffix
 from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
 
 CONFIGS: dict[str, dict] = {
@@ -89,7 +90,7 @@ def main() -> None:
         paired = paired.set_index("metric")
         queries = run_per_query(resolve_run(runs["D"], tracking_uri=uri)[0], tracking_uri=uri)
         for rule in load_config(config_file).gender_bias:
-            suffix = rule.with_class.replace(" ", "_")
+            suffix = class_suffix(rule.with_class)
             metric = f"test/bias_at_{K}_{suffix}"
             change = paired.loc[metric]
             per_class = queries[f"bias_{suffix}"]

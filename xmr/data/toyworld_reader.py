@@ -61,7 +61,7 @@ def read_gender_design(root: str | Path | ObjectPath) -> GenderDesign:
     scene world's ``world.json`` (another dataset, a shop world, a world made before gender
     splits). Raises :class:`DataError` naming ``world.json`` when it is malformed."""
     path = as_path(root) / "world.json"
-    if not FileIndex().is_file(path):
+    if not path.is_file():
         return GenderDesign()
     world = load_json(path)
     config = world.get("config") if isinstance(world, dict) else None

@@ -213,10 +213,10 @@ def _run_length(table: pa.Table, config: TrainConfig, grouped: bool) -> tuple[in
     """
     plan = training_plan(table, config, grouped)
     per_step = config.workers * config.accum_steps
-    fewest, epochs, seen = len(plan.batches(0)) // per_step, config.epochs, 1
+    fewest, seen = len(plan.batches(0)) // per_step, 1  # over the first `seen` epochs
     while True:
-        if config.steps is not None and fewest > 0:
-            epochs = -(-config.steps // fewest)
+        by_steps = config.steps is not None and fewest > 0
+        epochs = -(-config.steps // fewest) if by_steps else config.epochs
         if not grouped or fewest == 0 or seen >= epochs:
             return fewest, epochs
         fewest = min(fewest, len(plan.batches(seen)) // per_step)
