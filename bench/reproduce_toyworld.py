@@ -5,11 +5,13 @@ On one ToyWorld (the default config, world seed 0, generated into the workdir), 
 nested in MLflow under a parent run per condition), in three conditions: D and D ∪ D′ for E
 epochs (D′ = ``xmr synth`` defaults: Telea fill, noun-phrase removal), and D for as many
 optimiser steps as the same seed's D ∪ D′ run took (``--steps``, read back from MLflow: D ∪ D′
-has more pairs, so E epochs of it are more steps); then FairSample α ∈ {0, 0.4, 1} on D with
-the first seed (ToyWorld's train split plants a gender bias, its test captions are
-gender-neutral). Every run is a plain command line (printed before it runs); the metrics are
-read back from MLflow and summarised per condition as mean ± std over seeds with the first
-seed's 95 % bootstrap interval, and per seed as D′'s ODmAP gain over both D controls.
+has more pairs, so E epochs of it are more steps); then FairSample α ∈ {0.4, 1} on D with the
+same seeds, α = 0 being the D runs (ToyWorld's train split plants a gender bias; its gender
+split holds gender-neutral captions of images with the linked classes). Every run is a plain
+command line (printed before it runs). The metrics are read back from MLflow and summarised
+per condition as mean ± std over seeds with the first seed's 95 % bootstrap interval; D′'s
+ODmAP gain over both D controls, and each α's change of Bias@10 (overall and per linked
+class) from α = 0, come with their paired intervals per seed.
 
     python bench/reproduce_toyworld.py --seeds 0 1 2 --epochs 3 --workdir xmr-repro
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from training_runs import (  # bench/training_runs.py
     by_steps,
     final_metrics,
-    gains,
+    paired_gains,
     run,
     seeds_flag,
     summarise,
@@ -46,7 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=3, help="E: epochs of the D and D ∪ D′ runs")
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.4, 1.0])
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.4, 1.0],
+                        help="FairSample weights besides α = 0 (the D run)")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("xmr-repro"))
     parser.add_argument("--cpus-per-worker", type=int, default=2)
     args = parser.parse_args()
@@ -71,31 +74,36 @@ def main() -> None:
 
     # Parent runs repro-d and repro-d-dprime; seed N's runs repro-d-seedN, repro-d-dprime-seedN.
     run([*xmr, "train", *common, *epochs, *seeds, "--name", "repro-d"])
+    fair_names = {"FairSample α=0 (D)": {s: f"repro-d-seed{s}" for s in args.seeds}}
+    for alpha in args.alphas:
+        run([*xmr, "train", *common, *epochs, "--fair-alpha", str(alpha), *seeds, "--name",
+             f"repro-fair{alpha}"])  # fmt: skip
+        fair_names[f"FairSample α={alpha}"] = {s: f"repro-fair{alpha}-seed{s}" for s in args.seeds}
     run([*xmr, "train", *common, *epochs, "--synth", str(dprime), *seeds, "--name",
          "repro-d-dprime"])  # fmt: skip
     steps = {seed: total_steps(uri, f"repro-d-dprime-seed{seed}") for seed in args.seeds}
     for count, group in by_steps(steps):  # one parent per step count (all seeds, usually)
         run([*xmr, "train", *common, "--steps", str(count), "--seeds", seeds_flag(group),
              "--name", f"repro-d-steps{count}"])  # fmt: skip
-    rows = {
-        D: [final_metrics(uri, f"repro-d-seed{seed}") for seed in args.seeds],
-        D_DPRIME: [final_metrics(uri, f"repro-d-dprime-seed{seed}") for seed in args.seeds],
-        D_MATCHED: [final_metrics(uri, f"repro-d-steps{steps[seed]}-seed{seed}")
-                    for seed in args.seeds],
-    }  # fmt: skip
-    fair: dict[str, list[dict[str, float]]] = {}
-    seed = args.seeds[0]
-    for alpha in args.alphas:
-        name = f"repro-d-seed{seed}" if alpha == 0 else f"repro-fair{alpha}-seed{seed}"
-        if alpha:
-            run([*xmr, "train", *common, *epochs, "--fair-alpha", str(alpha), "--seed",
-                 str(seed), "--name", name])  # fmt: skip
-        fair[f"FairSample α={alpha}"] = [final_metrics(uri, name)]
-    print(summarise(rows, METRICS, args.seeds))
+    names = {
+        D: {seed: f"repro-d-seed{seed}" for seed in args.seeds},
+        D_DPRIME: {seed: f"repro-d-dprime-seed{seed}" for seed in args.seeds},
+        D_MATCHED: {seed: f"repro-d-steps{steps[seed]}-seed{seed}" for seed in args.seeds},
+    }
+    rows = {c: [final_metrics(uri, n) for n in runs.values()] for c, runs in names.items()}
+    per_class = [m for m in rows[D][0] if m.startswith("test/bias_at_10_") and "_ci_" not in m]
+    fair = {c: [final_metrics(uri, n) for n in runs.values()] for c, runs in fair_names.items()}
+    print(summarise(rows, [*METRICS, *per_class], args.seeds))
     print()
-    print(gains(rows, D_DPRIME, [D, D_MATCHED], ODMAP, args.seeds))
+    print(paired_gains(uri, (D_DPRIME, names[D_DPRIME]), {c: names[c] for c in (D, D_MATCHED)},
+                       ODMAP))  # fmt: skip
     print()
-    print(summarise(fair, METRICS, [seed]))
+    print(summarise(fair, [*METRICS, *per_class], args.seeds))
+    print()
+    plain, *others = fair_names.items()
+    for condition, runs in others:
+        print(paired_gains(uri, (condition, runs), dict([plain]),
+                           ["test/bias_at_10", *per_class, "test/recall_t2i_at_10"]))  # fmt: skip
 
 
 if __name__ == "__main__":

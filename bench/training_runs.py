@@ -1,5 +1,6 @@
 """What the reproduction scripts share: run an ``xmr`` command line, read a run's results back
-from MLflow, and summarise conditions over seeds (mean ± std, a run's bootstrap interval, gains).
+from MLflow, and summarise conditions over seeds (mean ± std, a run's bootstrap interval, gains
+with their paired intervals).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Mapping, Sequence
 import mlflow
 import numpy as np
 from mlflow.entities import Run
+
+from xmr.compare import paired_comparison
 
 EXPERIMENT = "xmr/train/toyworld"
 
@@ -125,3 +128,31 @@ def gains(
             against.append(f"{differences} over {control}")
         lines.append(f"seed {seed}: {treatment} gains " + "; ".join(against))
     return "\n".join(lines)
+
+
+def paired_gains(
+    tracking_uri: str,
+    treatment: tuple[str, Mapping[int, str]],
+    controls: Mapping[str, Mapping[int, str]],
+    metrics: Sequence[str],
+) -> str:
+    """One line per seed and control: the treatment's run minus the control's run of the same
+    seed on each of ``metrics``, with the paired 95 % bootstrap interval over the test queries
+    both runs scored (``xmr compare``); ``*`` marks a difference whose interval excludes 0.
+
+    ``treatment``: ``(condition, run name per seed)``; ``controls``: per condition, its run
+    name per seed.
+    """
+    label, runs = treatment
+    lines = []
+    for seed, name in runs.items():
+        for condition, control in controls.items():
+            frame = paired_comparison(control[seed], name, metrics, tracking_uri=tracking_uri).frame
+            cells = ", ".join(
+                f"{short_name(row.metric)} {row.difference:+.3f} "
+                f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]{'*' if row.significant else ''}"
+                for row in frame.itertuples()
+            )
+            lines.append(f"seed {seed}: {label} − {condition}: {cells}")
+    legend = "[low, high]: paired 95 % bootstrap interval over the test queries; * excludes 0"
+    return "\n".join([*lines, "", legend])
