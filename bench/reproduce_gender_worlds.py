@@ -1,15 +1,17 @@
-"""The planted gender bias under several ToyWorld configs: a model trained on D picks up each
-linked class's gender, Bias@K on the world's gender split measures it with a confidence interval
-that excludes 0, and FairSample α = 1 (gender paper §5.3) reduces it.
+"""The planted gender bias under several ToyWorld configs: does a model trained on D pick up each
+linked class's gender, does Bias@K on the world's gender split measure it with a confidence
+interval that excludes 0, and does FairSample α = 1 (gender paper §3.1) reduce it?
 
 For each config below (the default's rules, then other classes, genders, strengths and world
-seeds) the script generates the world, trains ``xmr-tiny`` CLIP from scratch on D and with
-``--fair-alpha 1``, and reads back each linked class's Bias@10 with its 95 % bootstrap interval
-(over the gender split's queries that mention the class) and FairSample's paired change
-(``xmr compare``'s paired bootstrap over the same queries). Every step is a plain command line,
-printed before it runs; reruns reuse finished worlds and runs.
+seeds) the script generates the world, trains a tiny model from scratch (``--model clip``:
+``xmr-tiny`` CLIP, FairSample's softmax form; ``vsepp``: the triplet loss of eq. 6) on D and
+with ``--fair-alpha 1``, once per training seed (``xmr train --seeds``), and reads back each
+linked class's Bias@10 with its 95 % bootstrap interval (over the gender split's queries that
+mention the class) and FairSample's paired change (``xmr compare``'s paired bootstrap over the
+same queries). Every step is a plain command line, printed before it runs; reruns reuse
+finished worlds and runs.
 
-    python bench/reproduce_gender_worlds.py --epochs 3 --workdir xmr-gender
+    python bench/reproduce_gender_worlds.py --epochs 3 --seeds 0 1 2 --workdir xmr-gender
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from training_runs import final_metrics, run  # bench/training_runs.py
+from training_runs import final_metrics, run, seeds_flag  # bench/training_runs.py
 
 from xmr.compare import paired_comparison, resolve_run, run_per_query
 from xmr.data.toyworld import load_config
@@ -60,8 +62,10 @@ K = 10
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--model", choices=["clip", "vsepp"], default="clip",
+                        help="clip: FairSample as softmax; vsepp: eq. 6 as written")  # fmt: skip
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0, help="Training seed.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="Training seeds.")
     parser.add_argument("--workdir", type=Path, default=Path("xmr-gender"))
     parser.add_argument("--cpus-per-worker", type=int, default=2)
     args = parser.parse_args()
@@ -70,9 +74,9 @@ def main() -> None:
     (workdir / "worlds").mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     xmr = [sys.executable, "-m", "xmr.cli"]
-    common = ["--epochs", str(args.epochs), "--cpus-per-worker", str(args.cpus_per_worker),
-              "--seed", str(args.seed), "--storage", str(workdir / "runs"),
-              "--tracking-uri", uri]  # fmt: skip
+    common = ["--model", args.model, "--epochs", str(args.epochs), "--cpus-per-worker",
+              str(args.cpus_per_worker), "--seeds", seeds_flag(args.seeds), "--storage",
+              str(workdir / "runs"), "--tracking-uri", uri]  # fmt: skip
     rows = []
     for name in args.configs:
         config_file = workdir / "worlds" / f"{name}.yaml"
@@ -80,32 +84,37 @@ def main() -> None:
         world = workdir / "worlds" / name
         if not (world / "world.json").is_file():
             run([*xmr, "data", "toyworld", "--config", str(config_file), "--out", str(world)])
-        runs = {}
-        for condition, extra in (("D", []), ("FairSample α=1", ["--fair-alpha", "1"])):
-            run_name = f"gender-{name}-{'fair1' if extra else 'd'}-seed{args.seed}"
-            run([*xmr, "train", *common, *extra, "--data", str(world), "--name", run_name])
-            runs[condition] = run_name
-        d, fair = (final_metrics(uri, runs[c]) for c in ("D", "FairSample α=1"))
-        paired = paired_comparison(runs["D"], runs["FairSample α=1"], tracking_uri=uri).frame
-        paired = paired.set_index("metric")
-        queries = run_per_query(resolve_run(runs["D"], tracking_uri=uri)[0], tracking_uri=uri)
+        prefix = f"gender-{name}" if args.model == "clip" else f"gender-{name}-{args.model}"
+        for tag, extra in (("d", []), ("fair1", ["--fair-alpha", "1"])):
+            run([*xmr, "train", *common, *extra, "--data", str(world), "--name", f"{prefix}-{tag}"])
+        per_seed = []
+        for seed in args.seeds:
+            d_run, fair_run = (f"{prefix}-{tag}-seed{seed}" for tag in ("d", "fair1"))
+            paired = paired_comparison(d_run, fair_run, tracking_uri=uri).frame.set_index("metric")
+            queries = run_per_query(resolve_run(d_run, tracking_uri=uri)[0], tracking_uri=uri)
+            per_seed.append((final_metrics(uri, d_run), final_metrics(uri, fair_run), paired,
+                             queries))  # fmt: skip
         for rule in load_config(config_file).gender_bias:
             suffix = class_suffix(rule.with_class)
             metric = f"test/bias_at_{K}_{suffix}"
-            change = paired.loc[metric]
-            per_class = queries[f"bias_{suffix}"]
+            first_queries = per_seed[0][3][f"bias_{suffix}"]
+            spread = first_queries.values[metric].std(ddof=1)
             rows.append(
-                (name, rule, _cell(d, metric), _cell(fair, metric),
-                 f"{change['difference']:+.3f} [{change['ci_low']:+.3f}, {change['ci_high']:+.3f}]",
-                 _verdict(rule.gender, d, fair, metric, change),
-                 f"{len(per_class.keys)} / {per_class.values[metric].std(ddof=1):.2f}")
+                (name, f"{rule.with_class} ({rule.gender} {rule.p:g})",
+                 f"{len(first_queries.keys)} / {spread:.2f}",
+                 "; ".join(_cell(d, metric) for d, *_ in per_seed),
+                 "; ".join(_cell(fair, metric) for _, fair, *_ in per_seed),
+                 "; ".join(_change(paired.loc[metric]) for *_, paired, _ in per_seed),
+                 _verdict(rule.gender, metric, per_seed))
             )  # fmt: skip
+    seeds = ", ".join(str(seed) for seed in args.seeds)
+    print(f"{args.model}, {args.epochs} epochs, training seeds {seeds} "
+          "(one value per seed in each cell)")  # fmt: skip
     print(f"| world | linked class (planted) | queries / sd of Δ (D) | Bias@{K} D [95 % CI] | "
           f"Bias@{K} FairSample α=1 | FairSample − D (paired) | verdict |")  # fmt: skip
     print("|---|---|---:|---|---|---|---|")
-    for name, rule, d_cell, fair_cell, change, verdict, queries in rows:
-        planted = f"{rule.with_class} ({rule.gender} {rule.p:g})"
-        print(f"| {name} | {planted} | {queries} | {d_cell} | {fair_cell} | {change} | {verdict} |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
     print(
         f"\nPower: 400 queries of a class (100 images) detect a per-class Bias@{K} of "
         f"{detectable_effect(400, TRAINED_DELTA_SD):.3f} at 95 % with power 0.8, "
@@ -121,14 +130,23 @@ def _cell(metrics: dict[str, float], name: str) -> str:
     return f"{metrics[name]:+.3f}{interval}"
 
 
-def _verdict(gender: str, d: dict[str, float], fair: dict[str, float], metric: str, change) -> str:
-    """Whether D shows the planted direction (CI on the planted side of 0) and FairSample
-    brings it significantly nearer 0."""
+def _change(change) -> str:
+    """A paired difference with its interval, ``*`` when the interval excludes 0."""
+    mark = "*" if change["significant"] else ""
+    return f"{change['difference']:+.3f} [{change['ci_low']:+.3f}, {change['ci_high']:+.3f}]{mark}"
+
+
+def _verdict(gender: str, metric: str, per_seed: list) -> str:
+    """In how many seeds D shows the planted direction (interval on the planted side of 0) and
+    FairSample brings it significantly nearer 0."""
     sign = 1 if gender == "male" else -1
-    low, high = d[f"{metric}_ci_low"], d[f"{metric}_ci_high"]
-    shown = (low > 0) if sign > 0 else (high < 0)
-    reduced = change["significant"] and abs(fair[metric]) < abs(d[metric])
-    return f"{'direction ✓' if shown else 'direction ✗'}, {'reduced ✓' if reduced else 'reduced ✗'}"
+    shown = reduced = 0
+    for d, fair, paired, _ in per_seed:
+        low, high = d[f"{metric}_ci_low"], d[f"{metric}_ci_high"]
+        shown += (low > 0) if sign > 0 else (high < 0)
+        reduced += bool(paired.loc[metric, "significant"]) and abs(fair[metric]) < abs(d[metric])
+    n = len(per_seed)
+    return f"direction {shown}/{n}, reduced {reduced}/{n}"
 
 
 if __name__ == "__main__":
