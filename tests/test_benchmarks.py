@@ -745,11 +745,17 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     assert set(frame.index) == set(BINDING_METRICS)
     assert frame["first"].to_dict() == pytest.approx(result.metrics)
     assert (frame[["difference", "ci_low", "ci_high"]] == 0).all(axis=None)
-    # `xmr train` scores the same test at the end of training, as test/binding/*
+    # `xmr train` scores the same test at the end of training, as test/binding/*, with the
+    # same intervals and per-item values under those names (its per_query.parquet)
     from xmr.train.config import resolve_config
     from xmr.train.loop import run_binding
 
     train_config = resolve_config("clip", data=root, storage=tmp_path, seed=0)
-    assert run_binding(model, train_config, root) == pytest.approx(
+    metrics, items = run_binding(model, train_config, root)
+    assert metrics == pytest.approx(
         {f"test/{name}": value for name, value in result.metrics.items()}
+        | {f"test/{name}": value for name, value in result.interval_metrics().items()}
     )
+    assert list(items) == ["binding"] and items["binding"].keys == result.per_query["binding"].keys
+    for name, values in result.per_query["binding"].values.items():
+        assert items["binding"].values[f"test/{name}"] == pytest.approx(values)

@@ -20,9 +20,9 @@ Steps, in the job's folder:
    (with ``--sugarcrepe``): ``xmr eval --benchmark`` on each run's last checkpoint, the JSON
    into ``eval/``.
 6. ``compare``: both conditions side by side with the change, into ``comparison.csv`` and the
-   job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``); the change of Recall@K and of the
-   benchmarks has a paired bootstrap interval over the items both runs scored (the training
-   runs' and the evaluations' per-query values), the binding test's a plain change.
+   job's MLflow run (``d/…``, ``d_dprime/…``, ``delta/…``); every change (Recall@K, the
+   binding test, the benchmarks) has a paired bootstrap interval over the queries or items
+   both runs scored (the training runs' and the evaluations' per-query values).
 
 Training ends with the test-split evaluation (Recall@K both ways) and, on a ToyWorld with a
 binding test, with that test too (``test/binding/swap_acc``, ``counter_acc``,

@@ -11,7 +11,9 @@ show the same image (equal ``image_ids``) are never each other's negatives.
   are drawn half from male and half from female images of the batch;
   :func:`fair_triplet_t2i` is eq. 6, :func:`fair_contrastive_t2i` its softmax analogue. The
   final text->image loss is ``α·L_fair + (1-α)·L_t2i`` (:func:`mix_fair`); image->text is
-  unchanged.
+  unchanged. This follows the paper's text; the authors' released SCAN code instead gives each
+  gendered image one caption of the other gender as its image->text negative (and a neutral
+  one a neutral caption), which is a different loss.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -107,14 +108,22 @@ def run_eval(
 
 def run_binding(
     model: RetrievalModel, config: TrainConfig, data_root: StoragePath
-) -> dict[str, float]:
-    """The world's binding test (:mod:`xmr.benchmarks.binding`), in this process:
-    ``{test_split}/binding/swap_acc``, ``.../counter_acc``, ``.../stereotype_acc``."""
+) -> tuple[dict[str, float], dict[str, QueryValues]]:
+    """The world's binding test (:mod:`xmr.benchmarks.binding`), in this process: the metrics
+    ``{test_split}/binding/swap_acc``, ``.../counter_acc``, ``.../stereotype_acc`` with their
+    bootstrap intervals (``..._ci_low``/``_ci_high``), and the per-item values under the same
+    names (query set ``binding``), which ``xmr compare`` pairs."""
     eval_config = EvalConfig(
         model=config.model, dataset=config.dataset, data=data_root, seed=config.seed
     )
     result = run_benchmark(eval_config, "toyworld-binding", model=model)
-    return {f"{config.test_split}/{name}": value for name, value in result.metrics.items()}
+    prefix = f"{config.test_split}/"
+    metrics = {**result.metrics, **result.interval_metrics()}
+    per_item = {
+        name: replace(values, values={prefix + m: v for m, v in values.values.items()})
+        for name, values in result.per_query.items()
+    }
+    return {prefix + name: value for name, value in metrics.items()}, per_item
 
 
 def _save(
@@ -259,7 +268,9 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 )  # fmt: skip
                 metrics.update(scores)
                 if config.dataset == "toyworld" and (data_root / BINDING_ITEMS).is_file():
-                    metrics.update(run_binding(model, config, data_root))
+                    scores, items = run_binding(model, config, data_root)
+                    metrics.update(scores)
+                    per_query.update(items)
             score = selection_score(metrics, config.eval_split)
             improved = score is not None and score > best
             best = max(best, score) if score is not None else best
