@@ -21,8 +21,8 @@ The seed runs of a condition are nested in MLflow under a parent run (``xmr trai
 one per step count, when seeds' N differ). Every run is a plain command line (printed before
 it runs); the binding and recall metrics are read back from MLflow (``final/test/...``;
 ``xmr train`` scores the binding test at the end) and summarised as mean ± std over seeds with
-the first seed's 95 % bootstrap interval where the metric has one, and per seed as the binding
-gain of D ∪ BiAug-D′ over the step-matched D and over no hard negatives.
+the first seed's 95 % bootstrap interval, and per seed as the binding gain of D ∪ BiAug-D′
+over the step-matched D and over no hard negatives, with its paired interval over the items.
 SugarCrepe and ARO run on fixtures in their published layouts made from the binding items
 (``swap_att`` / VG-Attribution from the swap items, ``replace_att`` from the counter items):
 they check the plumbing, and agree with the binding test by construction.
@@ -42,7 +42,7 @@ from pathlib import Path
 from training_runs import (  # bench/training_runs.py
     by_steps,
     final_metrics,
-    gains,
+    paired_gains,
     run,
     seeds_flag,
     summarise,
@@ -146,6 +146,7 @@ def main() -> None:
             run([*xmr, "train", *common, *extra, "--steps", str(count), "--seeds",
                  seeds_flag(group), "--name", f"biaug-{tag}-steps{count}"])  # fmt: skip
     rows: dict[str, list[dict[str, float]]] = {}
+    names: dict[str, dict[int, str]] = {}
     for condition in (MATCHED, MIXED, NO_HARD, ONLY):  # the tables' order
         for seed in args.seeds:
             name = (
@@ -153,13 +154,15 @@ def main() -> None:
                 if condition == MIXED
                 else f"biaug-{controls[condition][0]}-steps{steps[seed]}-seed{seed}"
             )
+            names.setdefault(condition, {})[seed] = name
             metrics = {k.removeprefix("test/"): v for k, v in final_metrics(uri, name).items()}
             checkpoint = workdir / "runs" / name / "last.pt"
             metrics |= fixture_metrics(checkpoint, sugarcrepe, world, aro)
             rows.setdefault(condition, []).append(metrics)
     print(summarise(rows, BINDING + RECALL, args.seeds))
     print()
-    print(gains(rows, MIXED, [MATCHED, NO_HARD], BINDING[:2], args.seeds))
+    print(paired_gains(uri, (MIXED, names[MIXED]), {c: names[c] for c in (MATCHED, NO_HARD)},
+                       [f"test/{m}" for m in BINDING[:2]]))  # fmt: skip
     print()
     print(summarise(rows, FIXTURES, args.seeds))
 

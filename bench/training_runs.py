@@ -109,27 +109,6 @@ def summarise(
     return "\n".join([*lines, "", legend])
 
 
-def gains(
-    rows: Mapping[str, Sequence[Mapping[str, float]]],
-    treatment: str,
-    controls: Sequence[str],
-    metrics: Sequence[str],
-    seeds: Sequence[int],
-) -> str:
-    """One line per seed: ``treatment`` minus each of ``controls`` on each of ``metrics``."""
-    lines = []
-    for index, seed in enumerate(seeds):
-        against = []
-        for control in controls:
-            differences = ", ".join(
-                f"{short_name(m)} {rows[treatment][index][m] - rows[control][index][m]:+.3f}"
-                for m in metrics
-            )
-            against.append(f"{differences} over {control}")
-        lines.append(f"seed {seed}: {treatment} gains " + "; ".join(against))
-    return "\n".join(lines)
-
-
 def paired_gains(
     tracking_uri: str,
     treatment: tuple[str, Mapping[int, str]],
