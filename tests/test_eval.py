@@ -188,6 +188,13 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     assert sets["i2t"].keys[0] == f"{records[0].image_id}:{records[0].caption_texts[0]}"
     assert sets["t2i"].keys[1] == f"{records[0].image_id}#1:{records[0].caption_texts[1]}"
 
+    # an interrupted run of the same name (its training stopped, then started afresh) does not
+    # stand in the way; two finished ones do
+    client = mlflow.MlflowClient(uri)
+    experiment = runs["seed1"].info.experiment_id
+    client.create_run(experiment, run_name="seed1")  # left RUNNING, as a killed process leaves it
+    again = paired_comparison("seed0", "seed1", ["test/bias_at_10"], tracking_uri=uri)
+    assert again.second == (runs["seed1"].info.run_id, "seed1")
     for refused, message in (
         (["seed0", "val"], "the runs scored other i2t queries"),
         (["seed0", "nobody"], "no run with the id or name 'nobody'"),
@@ -195,6 +202,9 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     ):
         result = runner.invoke(app, ["compare", *refused, "--tracking-uri", uri])
         assert result.exit_code == 2 and message in result.output, result.output
+    client.set_terminated(client.create_run(experiment, run_name="seed1").info.run_id)
+    result = runner.invoke(app, ["compare", "seed0", "seed1", "--tracking-uri", uri])
+    assert result.exit_code == 2 and "3 runs are named 'seed1'" in result.output, result.output
 
 
 def test_bad_images_are_skipped_and_named(tiny_world, tmp_path, local_ray) -> None:

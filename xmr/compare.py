@@ -172,9 +172,11 @@ class PairedComparison:
 
 
 def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
-    """``(run id, run name)`` of a run given by its id or its name (in any experiment).
+    """``(run id, run name)`` of a run given by its id or its name (in any experiment). A name
+    that several runs share means its one finished run, when the others were interrupted or
+    failed (a training stopped and started afresh leaves its first run behind).
 
-    Raises LookupError when no run, or more than one, answers to ``reference``.
+    Raises LookupError when no run, or more than one finished run, answers to ``reference``.
     """
     frame = runs_frame(tracking_uri=tracking_uri)
     if frame.empty:
@@ -184,9 +186,14 @@ def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
     found = by_id if not by_id.empty else frame[names == reference]
     if found.empty:
         raise LookupError(f"no run with the id or name {reference!r} in {tracking_uri}")
+    if len(found) > 1 and (found["status"] == "FINISHED").sum() == 1:
+        found = found[found["status"] == "FINISHED"]
     if len(found) > 1:
-        ids = ", ".join(found["run_id"])
-        raise LookupError(f"{len(found)} runs are named {reference!r} ({ids}): give a run id")
+        ids = ", ".join(
+            f"{run_id} ({status})"
+            for run_id, status in zip(found["run_id"], found["status"], strict=True)
+        )
+        raise LookupError(f"{len(found)} runs are named {reference!r}: {ids}; give a run id")
     row = found.iloc[0]
     return str(row["run_id"]), str(names.loc[found.index[0]] or row["run_id"])
 
