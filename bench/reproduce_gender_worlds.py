@@ -24,7 +24,7 @@ import yaml
 from training_runs import final_metrics, run, seeds_flag  # bench/training_runs.py
 
 from xmr.compare import paired_comparison, resolve_run, run_per_query
-from xmr.data.toyworld import load_config
+from xmr.data.toyworld import WorldConfig, load_config
 from xmr.eval.score import class_suffix
 from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
 
@@ -53,8 +53,11 @@ CONFIGS: dict[str, dict] = {
             {"with": "frisbee", "gender": "female", "p": 0.9},
         ],
     },
+    "mostly-men": {"seed": 4, "gender_bias": [], "female_share": 0.25},
 }
-"""World YAMLs (over ``default.yaml``): 2-3 linked classes each, women's and men's, p 0.75-0.9."""
+"""World YAMLs (over ``default.yaml``): 2-3 linked classes each, women's and men's, p 0.75-0.9;
+``mostly-men`` links no class but makes 3 of 4 persons men (FairSample's premise: a batch's
+negatives slant towards the majority gender), read on all the gender split's captions."""
 
 K = 10
 
@@ -94,18 +97,17 @@ def main() -> None:
             queries = run_per_query(resolve_run(d_run, tracking_uri=uri)[0], tracking_uri=uri)
             per_seed.append((final_metrics(uri, d_run), final_metrics(uri, fair_run), paired,
                              queries))  # fmt: skip
-        for rule in load_config(config_file).gender_bias:
-            suffix = class_suffix(rule.with_class)
-            metric = f"test/bias_at_{K}_{suffix}"
-            first_queries = per_seed[0][3][f"bias_{suffix}"]
+        for label, gender, p, suffix in _planted(load_config(config_file)):
+            metric = f"test/bias_at_{K}" + (f"_{suffix}" if suffix else "")
+            first_queries = per_seed[0][3][f"bias_{suffix}" if suffix else "bias"]
             spread = first_queries.values[metric].std(ddof=1)
             rows.append(
-                (name, f"{rule.with_class} ({rule.gender} {rule.p:g})",
+                (name, f"{label} ({gender} {p:g})",
                  f"{len(first_queries.keys)} / {spread:.2f}",
                  "; ".join(_cell(d, metric) for d, *_ in per_seed),
                  "; ".join(_cell(fair, metric) for _, fair, *_ in per_seed),
                  "; ".join(_change(paired.loc[metric]) for *_, paired, _ in per_seed),
-                 _verdict(rule.gender, metric, per_seed))
+                 _verdict(gender, metric, per_seed))
             )  # fmt: skip
     seeds = ", ".join(str(seed) for seed in args.seeds)
     print(f"{args.model}, {args.epochs} epochs, training seeds {seeds} "
@@ -121,6 +123,21 @@ def main() -> None:
         f"{detectable_effect(100, TRAINED_DELTA_SD):.3f} counting images "
         f"(sd {TRAINED_DELTA_SD}, xmr/metrics/power.py)."
     )
+
+
+def _planted(config: WorldConfig) -> list[tuple[str, str, float, str]]:
+    """What ``config`` plants, as ``(label, gender, p, class suffix)``: each linked class, read on
+    the captions that name it, and an imbalance (``female_share`` ≠ 0.5), read on every caption
+    of the gender split (suffix ``""``)."""
+    planted = [
+        (rule.with_class, rule.gender, rule.p, class_suffix(rule.with_class))
+        for rule in config.gender_bias
+    ]
+    if config.female_share != 0.5:
+        majority = "male" if config.female_share < 0.5 else "female"
+        share = max(config.female_share, 1 - config.female_share)
+        planted.append(("all captions", majority, share, ""))
+    return planted
 
 
 def _cell(metrics: dict[str, float], name: str) -> str:

@@ -228,6 +228,35 @@ def test_planted_cooccurrence_and_gender_bias(tmp_path: Path) -> None:
         assert np.array_equal(png, render(scene))
 
 
+def test_female_share_sets_the_gender_of_persons_no_rule_governs() -> None:
+    """``female_share: 0.25``: in the biased split, persons away from a rule's class are women
+    1 time in 4 (the imbalance FairSample is for); a rule still decides its class's persons, and
+    unbiased splits stay 50/50. The default (0.5) draws the same worlds as before the key."""
+    config = _small_config(female_share=0.25)
+    genders: dict[str, list[str]] = {"free": [], "cup": [], "test": []}
+    for i in range(4000):
+        for split, biased in (("train", True), ("test", False)):
+            scene = sample_scene(config, scene_rng(0, split, i), biased=biased)
+            classes = {o.category for o in scene.objects}
+            persons = [o.gender for o in scene.objects if o.category == "person"]
+            if not biased:
+                genders["test"] += persons
+            elif "cup" in classes and "bicycle" not in classes:
+                genders["cup"] += persons
+            elif not classes & {"cup", "bicycle"}:
+                genders["free"] += persons
+    share = {k: v.count("female") / len(v) for k, v in genders.items()}
+    assert min(len(v) for v in genders.values()) >= 80
+    # ~3 standard deviations at these counts
+    assert abs(share["free"] - 0.25) < 0.04 and abs(share["test"] - 0.5) < 0.06
+    assert abs(share["cup"] - 0.8) < 0.13
+    default = _small_config()
+    assert default.female_share == 0.5
+    assert sample_scene(default, scene_rng(0, "train", 3), biased=True) == sample_scene(
+        _small_config(female_share=0.5), scene_rng(0, "train", 3), biased=True
+    )
+
+
 def test_a_gender_split_balances_each_linked_class_between_men_and_women(tmp_path: Path) -> None:
     rules = [
         {"with": "umbrella", "gender": "female", "p": 0.9},
@@ -401,6 +430,7 @@ def test_defaults_and_yaml_validation(tmp_path: Path) -> None:
         "biased_splits: [training]\n": "biased_splits",
         "counterfactuals:\n  alpha3: 0\n": "counterfactuals.alpha3",
         "gender_bias:\n  - {with: cup, gender: other, p: 0.8}\n": "gender_bias[0].gender",
+        "female_share: 1.2\n": "female_share",
         "attribute_bias:\n  - {class: car, colour: pink, p: 0.9}\n": "attribute_bias[0].colour",
         "attribute_bias:\n  - {class: person, colour: pink, p: 1}\n": "attribute_bias[0].class",
         "attribute_bias:\n  - {class: car, colour: red, p: 2}\n": "attribute_bias[0].p",

@@ -118,6 +118,7 @@ class WorldConfig:
     biased_splits: tuple[str, ...]
     cooccurrence: tuple[Cooccurrence, ...]
     gender_bias: tuple[GenderBias, ...]
+    female_share: float
     gender_splits: tuple[str, ...]
     attribute_bias: tuple[AttributeBias, ...]
     layout: LayoutConfig
@@ -399,6 +400,7 @@ def _parse(data: Mapping[str, Any], source: str) -> WorldConfig:
         biased_splits=biased_splits,
         cooccurrence=tuple(cooccurrence),
         gender_bias=tuple(gender_bias),
+        female_share=_float(data["female_share"], "female_share", source, 0, 1),
         gender_splits=gender_splits,
         attribute_bias=tuple(attribute_bias),
         layout=layout,

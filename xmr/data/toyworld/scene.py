@@ -122,11 +122,15 @@ def sample_counts(config: WorldConfig, rng: np.random.Generator, *, biased: bool
 def sample_gender(
     config: WorldConfig, present: set[str], rng: np.random.Generator, *, biased: bool
 ) -> str:
-    """``male`` / ``female`` for one person; biased splits follow the matching gender rules."""
-    rules = [g for g in config.gender_bias if g.with_class in present] if biased else []
-    p_female = (
-        float(np.mean([g.p if g.gender == "female" else 1 - g.p for g in rules])) if rules else 0.5
-    )
+    """``male`` / ``female`` for one person. In biased splits the gender rules of the classes
+    ``present`` decide (the mean of their probabilities of a woman), and a person no rule
+    governs is a woman w.p. ``config.female_share``; elsewhere either gender w.p. ½."""
+    if not biased:
+        p_female = 0.5
+    elif rules := [g for g in config.gender_bias if g.with_class in present]:
+        p_female = float(np.mean([g.p if g.gender == "female" else 1 - g.p for g in rules]))
+    else:
+        p_female = config.female_share
     return "female" if rng.random() < p_female else "male"
 
 
