@@ -74,6 +74,23 @@ def test_fair_triplet_is_half_male_half_female_for_neutral_captions() -> None:
     assert torch.isclose(fair[1], plain[1])
 
 
+def test_fair_triplet_summed_keeps_the_plain_sums_scale() -> None:
+    image, text = _embeddings(6)
+    ids = torch.arange(6)
+    neutral = torch.ones(6, dtype=torch.bool)
+    s = image @ text.T
+    hinge = (0.2 - s.diagonal()[None, :] + s).clamp(min=0)  # [negative image, text]
+    # text 0: males {1, 2, 3} and the female 5 are its n = 4 gendered negatives, neutral 4 unused
+    gender = torch.tensor([M, M, M, M, N, F_])
+    fair = fair_triplet_t2i(image, text, ids, gender, neutral, margin=0.2, max_violation=False)
+    expected = 4 * (0.5 * hinge[[1, 2, 3], 0].mean() + 0.5 * hinge[5, 0])
+    assert torch.isclose(fair[0], expected)
+    # balanced genders: the plain sum over the gendered negatives
+    balanced = torch.tensor([M, M, F_, M, N, F_])
+    fair = fair_triplet_t2i(image, text, ids, balanced, neutral, margin=0.2, max_violation=False)
+    assert torch.isclose(fair[0], hinge[[1, 2, 3, 5], 0].sum())
+
+
 def test_fair_contrastive_balances_the_negative_mass() -> None:
     image, text = _embeddings(5)
     ids = torch.arange(5)

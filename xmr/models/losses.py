@@ -170,9 +170,14 @@ def fair_triplet_t2i(
 ) -> torch.Tensor:
     """``[B]`` text->image triplet loss with FairSample (gender paper eq. 6).
 
-    A gender-neutral caption's loss is ``½·E_male[hinge] + ½·E_female[hinge]`` over the batch's
-    male and female images; other captions (and neutral ones in a batch without gendered
-    images) keep the plain negatives of :func:`triplet_losses`.
+    With ``max_violation`` (the paper's SCAN: one negative per caption) a gender-neutral
+    caption's loss is eq. 6's ``½·E_male[hinge] + ½·E_female[hinge]`` over the batch's male and
+    female images. Summing over negatives (VSE0) it is that expectation times ``n``, the number
+    of gendered negatives: a sum over as many negatives as plain sampling would take from the
+    gendered images, half of the mass on each gender, so the loss keeps the plain sum's scale
+    (an expectation alone would cut a neutral caption's loss, and its gradient, by about ``n``).
+    Neutral images are not negatives here. Other captions (and neutral ones in a batch without
+    gendered images) keep the plain negatives of :func:`triplet_losses`.
     """
     _, plain = triplet_losses(
         image_emb, text_emb, image_ids, margin=margin, max_violation=max_violation
@@ -181,6 +186,8 @@ def fair_triplet_t2i(
     hinge = (margin - scores.diagonal()[None, :] + scores).clamp(min=0)
     weights, has_gendered = _balanced_negatives(image_ids, image_gender)
     fair = (hinge * weights).sum(dim=0)
+    if not max_violation:
+        fair = fair * (weights > 0).sum(dim=0)
     return torch.where(caption_neutral & has_gendered, fair, plain)
 
 
