@@ -186,8 +186,9 @@ def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
     found = by_id if not by_id.empty else frame[names == reference]
     if found.empty:
         raise LookupError(f"no run with the id or name {reference!r} in {tracking_uri}")
-    if len(found) > 1 and (found["status"] == "FINISHED").sum() == 1:
-        found = found[found["status"] == "FINISHED"]
+    finished = found["status"] == "FINISHED"
+    if len(found) > 1 and finished.sum() == 1:
+        found = found[finished]
     if len(found) > 1:
         ids = ", ".join(
             f"{run_id} ({status})"
