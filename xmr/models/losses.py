@@ -173,9 +173,9 @@ def fair_triplet_t2i(
     With ``max_violation`` (the paper's SCAN: one negative per caption) a gender-neutral
     caption's loss is eq. 6's ``½·E_male[hinge] + ½·E_female[hinge]`` over the batch's male and
     female images. Summing over negatives (VSE0) it is that expectation times ``n``, the number
-    of gendered negatives: a sum over as many negatives as plain sampling would take from the
-    gendered images, half of the mass on each gender, so the loss keeps the plain sum's scale
-    (an expectation alone would cut a neutral caption's loss, and its gradient, by about ``n``).
+    of gendered negatives: a sum, like the plain loss, over as many negatives as the batch has
+    gendered images, half of the mass on each gender (an expectation alone would be ``n`` times
+    smaller than that sum, and about ``B - 1`` times smaller than the plain one).
     Neutral images are not negatives here. Other captions (and neutral ones in a batch without
     gendered images) keep the plain negatives of :func:`triplet_losses`.
     """
