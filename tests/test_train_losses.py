@@ -74,7 +74,7 @@ def test_fair_triplet_is_half_male_half_female_for_neutral_captions() -> None:
     assert torch.isclose(fair[1], plain[1])
 
 
-def test_fair_triplet_summed_keeps_the_plain_sums_scale() -> None:
+def test_fair_triplet_summed_is_a_sum_over_the_gendered_negatives() -> None:
     image, text = _embeddings(6)
     ids = torch.arange(6)
     neutral = torch.ones(6, dtype=torch.bool)

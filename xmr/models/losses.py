@@ -141,8 +141,8 @@ def _balanced_negatives(
     """``[B images, B texts]`` weights of each image as a FairSample negative of each text.
 
     For text ``j`` the male images (other than ``j``'s) share weight ½ and the female ones ½;
-    when one group is absent from the batch the other takes all of it. Also returns ``[B]`` bool:
-    texts that have at least one gendered negative.
+    when one group is absent from the batch the other takes all of it. Also returns ``[B]``
+    ``n``: each text's number of gendered negatives (0 where FairSample cannot apply).
     """
     candidates = ~same_image(image_ids)  # [images, texts]
     weights = torch.zeros(candidates.shape, dtype=torch.float32, device=image_ids.device)
@@ -154,7 +154,7 @@ def _balanced_negatives(
     for member, count in groups:
         share = torch.where(count > 0, 1.0 / (present.clamp(min=1) * count.clamp(min=1)), 0.0)
         weights += member.float() * share[None, :]
-    return weights, present > 0
+    return weights, sum(count for _, count in groups)
 
 
 @in_fp32
@@ -184,11 +184,11 @@ def fair_triplet_t2i(
     )
     scores = image_emb @ text_emb.T
     hinge = (margin - scores.diagonal()[None, :] + scores).clamp(min=0)
-    weights, has_gendered = _balanced_negatives(image_ids, image_gender)
+    weights, gendered = _balanced_negatives(image_ids, image_gender)
     fair = (hinge * weights).sum(dim=0)
     if not max_violation:
-        fair = fair * (weights > 0).sum(dim=0)
-    return torch.where(caption_neutral & has_gendered, fair, plain)
+        fair = fair * gendered
+    return torch.where(caption_neutral & (gendered > 0), fair, plain)
 
 
 @in_fp32
@@ -211,13 +211,12 @@ def fair_contrastive_t2i(
     """
     _, plain = contrastive_losses(image_emb, text_emb, logit_scale, image_ids)
     logits = logit_scale * image_emb @ text_emb.T  # [images, texts]
-    weights, has_gendered = _balanced_negatives(image_ids, image_gender)
-    count = (weights > 0).sum(dim=0).clamp(min=1)  # gendered negatives per text
-    log_w = torch.where(weights > 0, torch.log(weights * count[None, :]), -math.inf)
+    weights, gendered = _balanced_negatives(image_ids, image_gender)
+    log_w = torch.where(weights > 0, torch.log(weights * gendered[None, :]), -math.inf)
     positive = logits.diagonal()
     terms = torch.cat([positive[None, :], logits + log_w], dim=0)
     fair = torch.logsumexp(terms, dim=0) - positive
-    return torch.where(caption_neutral & has_gendered, fair, plain)
+    return torch.where(caption_neutral & (gendered > 0), fair, plain)
 
 
 def mix_fair(plain_t2i: torch.Tensor, fair_t2i: torch.Tensor | None, alpha: float) -> torch.Tensor:
