@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from xmr.data.errors import DataError
 from xmr.data.registry import read_dataset
 from xmr.train.data import original_pairs
 
@@ -32,7 +33,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    pairs = pd.DataFrame(original_pairs(read_dataset(args.dataset, args.data, args.split)))
+    try:
+        records = read_dataset(args.dataset, args.data, args.split)
+    except DataError as exc:
+        parser.error(f"--data: {exc}")
+    pairs = pd.DataFrame(original_pairs(records))
     images = pairs.drop_duplicates("image_id").image_gender.value_counts()
     gender = pairs.image_gender.to_numpy()
     neutral = pairs.caption_neutral.to_numpy()
