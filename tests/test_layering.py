@@ -23,6 +23,7 @@ LAYERS = (
     "tracking",
     "options",  # xmr/options.py: command-line options on dataclasses (typer only)
     "progress",  # xmr/progress.py: console progress, bars on a terminal, lines in a log (tqdm)
+    "logs",  # xmr/logs.py: other libraries' INFO off the console
     "removal",
     "data",
     "text",
@@ -54,6 +55,7 @@ RAY_WIRING = frozenset({
     "xmr.train.loader",  # the Ray Data stage that decodes training batches
     "xmr.tune.sweep",  # the Ray Tune driver
     "xmr.tune.trials",  # the Ray Tune trial functions
+    "xmr.tune.trial_lines",  # the Ray Tune callback that prints a sweep's progress
 })  # fmt: skip
 """The only modules whose import may load Ray."""
 

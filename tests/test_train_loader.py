@@ -165,7 +165,7 @@ def test_the_same_config_trains_the_same_weights(local_ray, small_toyworld, tmp_
             "vsepp", data=small_toyworld, epochs=2, batch_size=16, seed=1, name=name,
             storage=tmp_path / "runs",
         )  # fmt: skip
-        result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False)
+        result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
         weights.append(torch.load(result.last_checkpoint, weights_only=True)["model"])
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])

@@ -30,7 +30,7 @@ import psutil
 import pytest
 import yaml
 from conftest import NLTK_DATA, REPO
-from ray_cluster import RayCluster, free_port, running_mlflow_server
+from ray_cluster import RAY, RayCluster, free_port, running_mlflow_server
 
 from xmr.data.synthetic import read_manifest, read_synthetic_errors, synthetic_table
 from xmr.synth.output import read_plan
@@ -104,6 +104,14 @@ class TwoNodes:
         assert done.returncode == 0, log[-4000:]
         assert f"Job '{submission_id}' succeeded" in log
         return log
+
+    def job_log(self, submission_id: str) -> list[str]:
+        """The job's log as ``ray job logs`` prints it (the driver's output only), as lines."""
+        command = [RAY, "job", "logs", "--address", self.cluster.dashboard, submission_id]
+        done = subprocess.run(
+            command, env=self.cluster.env, capture_output=True, text=True, timeout=60, check=True
+        )
+        return done.stdout.splitlines()
 
     def job_rows(self, submission_id: str, resource: str) -> list[dict]:
         """The job's tasks or actors from Ray's state API (``ray list``)."""
@@ -247,6 +255,20 @@ def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: Two
         "--name", "two-nodes",
     ]  # fmt: skip
     two_nodes.submit("odmap", *command)
+    # The job's log (`ray job logs`): each training's progress (a line per tenth of its one
+    # epoch) and a summary line per step, in a budget of 40 lines + 12 per training epoch.
+    lines = two_nodes.job_log("odmap")
+    log = "\n".join(lines)
+    assert len(lines) <= 40 + 12 * 2, log
+    assert sum("epoch 1/1: 100% " in line for line in lines) == 2, log
+    for step, numbers in [
+        ("synth", "written "), ("train-d", "odmap_at_1 "), ("train-d-dprime", "odmap_at_1 "),
+        ("compare", ""),
+    ]:  # fmt: skip
+        (summary,) = [line for line in lines if line.startswith(f"done {step} in ")]
+        assert numbers in summary and "MLflow run " in summary, summary
+    assert any(line.startswith("done job two-nodes in ") for line in lines), log
+    assert not [line for line in lines if " INFO " in line], log  # libraries' INFO: files
 
     actors = two_nodes.job_rows("odmap", "actors")
     workers = [a for a in actors if a["class_name"] == "RayTrainWorker"]
@@ -267,8 +289,8 @@ def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: Two
 
     again = two_nodes.submit("odmap-again", *command)
     for number, step in enumerate(["synth", "train-d", "train-d-dprime", "compare"], start=1):
-        assert f"{number}/4  {step}: finished before, skipped" in again
-    assert "job two-nodes: 4 steps, 4 finished before" in again
+        assert f"== {number}/4 {step}: finished before, skipped" in again
+    assert "steps run 0, finished before 4" in again
     rerun = _runs(two_nodes.tracking_uri, "xmr/jobs/odmap")
     assert {r.info.run_id for r in rerun} == {r.info.run_id for r in runs}  # no new run
     assert mlflow.MlflowClient(two_nodes.tracking_uri).get_run(job.info.run_id).info.status == (

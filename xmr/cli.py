@@ -9,6 +9,7 @@ loads neither torch, Ray nor MLflow.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from xmr.options import (
     tracking_uri_option,
     user_errors,
 )
+from xmr.progress import size_for_logs
 from xmr.storage import StoragePath
 from xmr.synth.command import synth_command
 from xmr.train.options import SeedOptions, TrainOptions, check_seed_flags
@@ -158,8 +160,10 @@ def tune_command(options: TuneOptions, cluster: ClusterOptions) -> None:
     from rich.console import Console
 
     from xmr.compare import comparison_frame, comparison_table, sweep_runs
+    from xmr.progress import summary_line
     from xmr.tune.sweep import SweepInterrupted, run_sweep
 
+    started = time.perf_counter()
     try:
         with user_errors():
             search_space = options.search_space()
@@ -189,6 +193,11 @@ def tune_command(options: TuneOptions, cluster: ClusterOptions) -> None:
         f"({', '.join(result.artifacts)}); `xmr compare --sweep {result.name}` shows this again",
         soft_wrap=True,
     )
+    numbers = {"trials": len(result.trials), "failed": len(result.failed)}
+    line = summary_line(
+        f"sweep {result.name}", time.perf_counter() - started, numbers, str(result.path)
+    )
+    console.print(line, soft_wrap=True, markup=False, highlight=False)
     if len(result.failed):
         raise typer.Exit(code=1)
 
@@ -313,6 +322,7 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
         f"experiment {result.job.experiment} with a child run per step (`mlflow ui`).",
         soft_wrap=True,
     )
+    console.print(result.summary(), soft_wrap=True, markup=False, highlight=False)
 
 
 app.command("demo")(command(demo_command, DemoOptions, ClusterOptions))
@@ -320,7 +330,9 @@ app.command("demo")(command(demo_command, DemoOptions, ClusterOptions))
 
 def main(args: Sequence[str] | None = None) -> None:
     """The ``xmr`` command: :data:`app` on ``args`` (default: the command line), with list
-    flags' values joined (``--seeds 0 1 2``, :func:`~xmr.options.join_list_values`)."""
+    flags' values joined (``--seeds 0 1 2``, :func:`~xmr.options.join_list_values`); in a
+    log, laid out at full width (:func:`~xmr.progress.size_for_logs`)."""
+    size_for_logs()
     app(join_list_values(sys.argv[1:] if args is None else args))
 
 

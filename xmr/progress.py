@@ -1,21 +1,35 @@
-"""Console progress that suits where the output goes: a bar on a terminal, a few lines in a log.
+"""Console output that suits where it goes: a terminal, or a log (a ``ray job submit`` log,
+CI, ``| tee``).
 
-A progress bar redraws itself many times a second; written to a file or a pipe (a ``ray job
-submit`` log, CI, ``| tee``) every redraw stays, hundreds of partial lines per epoch. When
-standard output is not a terminal, progress is one line per tenth of the work instead.
+- Progress: a progress bar redraws itself many times a second; in a log every redraw stays,
+  hundreds of partial lines per epoch. When standard output is not a terminal, progress is one
+  line per tenth of the work instead (:func:`console_progress`).
+- Width: rich lays text out for 80 columns when it cannot ask a terminal, folding paths and
+  commands mid-word. In a log, :func:`size_for_logs` gives every console :data:`LOG_COLUMNS`,
+  so tables print at their full width, and :func:`print_heading` writes a plain line where a
+  terminal gets a rule.
+- Summaries: every long step ends with one line (:func:`summary_line`) saying what finished,
+  how long it took, its headline numbers and where its output is.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Protocol, TextIO
 
+from rich.console import Console
 from tqdm import tqdm
 
 PARTS = 10
 """Lines per task when the output is not a terminal: one each time another tenth is done."""
+
+LOG_COLUMNS = 200
+"""The width rich lays out for when standard output is not a terminal (unless ``COLUMNS``
+says otherwise)."""
 
 
 def stdout_is_terminal() -> bool:
@@ -99,3 +113,65 @@ def console_progress(total: int, desc: str, *, unit: str = "it", enabled: bool =
     if enabled and not stdout_is_terminal():
         return ProgressLines(total, desc, unit=unit)
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
+
+
+def size_for_logs() -> None:
+    """When standard output is not a terminal, lay out every rich console (``--help`` too) for
+    :data:`LOG_COLUMNS` columns (``COLUMNS``, which rich reads; one the user set is kept).
+    Call it before any console is made: the command-line entry points do."""
+    if not stdout_is_terminal():
+        os.environ.setdefault("COLUMNS", str(LOG_COLUMNS))
+
+
+def print_heading(console: Console, text: str) -> None:
+    """A section heading: a rule across a terminal, a plain ``== text`` line in a log (a rule
+    there is as wide as the layout, and a long title is cut)."""
+    if console.is_terminal:
+        console.rule(text)
+    else:
+        console.print(f"== {text}", soft_wrap=True, markup=False, highlight=False)
+
+
+def format_seconds(seconds: float) -> str:
+    """``8.4 s``, ``3 min 12 s``, ``1 h 05 min``.
+
+    >>> [format_seconds(s) for s in (8.44, 192, 3930)]
+    ['8.4 s', '3 min 12 s', '1 h 05 min']
+    """
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def summary_line(
+    name: str,
+    seconds: float,
+    numbers: Mapping[str, float] | None = None,
+    where: str | None = None,
+    *,
+    verb: str = "done",
+) -> str:
+    """One line that closes a step: ``done <name> in <time> | <numbers> | -> <where>``.
+
+    ``numbers`` are the headline figures (a few, by name; whole numbers print as integers);
+    ``where`` the output's place (a folder, a run).
+
+    >>> summary_line("synth", 8.44, {"written": 65.0, "errors": 0.0}, "/jobs/x/dprime")
+    'done synth in 8.4 s | written 65, errors 0 | -> /jobs/x/dprime'
+    """
+    parts = [f"{verb} {name} in {format_seconds(seconds)}"]
+    if numbers:
+        parts.append(", ".join(f"{key} {_number(value)}" for key, value in numbers.items()))
+    if where:
+        parts.append(f"-> {where}")
+    return " | ".join(parts)
+
+
+def _number(value: float) -> str:
+    if float(value).is_integer() and abs(value) < 1e9:
+        return str(int(value))
+    return f"{value:.3f}"

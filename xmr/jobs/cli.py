@@ -17,6 +17,7 @@ from rich.console import Console
 from xmr.jobs.options import JobOptions
 from xmr.jobs.steps import Job, print_plan
 from xmr.options import ClusterOptions, command, user_errors
+from xmr.progress import size_for_logs
 from xmr.storage import check_bucket
 
 
@@ -32,7 +33,7 @@ def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -
         with user_errors():
             job = build(values, job_options)
             check_bucket(job.folder, "--storage")
-            print_plan(job, console)
+            print_plan(job, console, commands=job_options.dry_run)
         uri = resolve_tracking_uri(cluster.tracking_uri)
         console.print(f"MLflow: experiment {job.experiment} on {uri}", soft_wrap=True)
         if job_options.dry_run:
@@ -41,16 +42,13 @@ def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -
             result = run_job(job, tracking_uri=uri, address=cluster.address, console=console)
         if job.report is not None:
             console.print(job.report(result.outcomes))
-        console.print(
-            f"job {job.name}: {len(job.steps)} steps, {len(result.skipped)} finished before; "
-            f"MLflow run {result.run_id} in experiment {job.experiment}",
-            soft_wrap=True,
-        )
+        console.print(result.summary(), soft_wrap=True, markup=False, highlight=False)
 
     run.__doc__ = " ".join(help.split("\n\n")[0].split()) + (
         "\n\nSubmitting the same command again resumes the job: finished steps are skipped. "
         "--dry-run prints the plan."
     )
+    size_for_logs()
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(command(run, options, JobOptions, ClusterOptions))
     return app

@@ -78,7 +78,7 @@ def synth_step(
     def run(context: StepContext) -> StepOutcome:
         from dataclasses import replace
 
-        from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
+        from xmr.synth.report import SAMPLES, log_to_mlflow, save_sample_grid
 
         attached = replace(runtime, address=context.address, tracking_uri=context.tracking_uri)
         if spec is not None:
@@ -90,7 +90,6 @@ def synth_step(
 
             result = synthesize(config, attached)
         save_sample_grid(result.out, result.out / SAMPLES, seed=config.seed)
-        print_summary(result)
         run_id = log_to_mlflow(
             result,
             config,

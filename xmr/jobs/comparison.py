@@ -198,9 +198,10 @@ def comparison_table(
     """Metrics (``rows`` that every condition has, named by ``label``) as rows, conditions as
     columns with 3 decimals, then with two or more conditions the change of the last over the
     first, with its paired interval where ``compared`` (the :func:`record_comparison`
-    outcome) holds one: green where the interval excludes 0 and the change is better by the
-    metric's direction, red where it excludes 0 and is worse, dim and ``≈`` where it holds 0;
-    a change without an interval is green or red by its direction alone. A metric's name
+    outcome) holds one: ``better`` (green) where the interval excludes 0 and the change is
+    better by the metric's direction, ``worse`` (red) where it excludes 0 and is worse, dim and
+    ``≈`` where it holds 0; a change without an interval is marked so, green or red by its
+    direction alone. A metric's name
     carries its direction (↑ higher is better, →0 closer to 0); the caption says what the
     interval is, and why some query sets could not be paired (``compared``'s notes)."""
     conditions = list(metrics)
@@ -210,9 +211,8 @@ def comparison_table(
     if len(conditions) > 1 and any(row in intervals for row in kept):
         lines.append(
             f"Δ = {conditions[-1]} − {conditions[0]} [{CONFIDENCE:.0%} paired bootstrap "
-            "interval over the same queries]: green better, red worse where the interval "
-            "excludes 0, ≈ where it holds 0; a Δ without one (no per-query values in both "
-            "runs) is coloured by its direction alone"
+            "interval over the same queries]: better or worse where the interval excludes 0, "
+            "≈ where it holds 0"
         )
     lines += list(compared.notes) if compared is not None else []
     caption = escape("\n".join(lines)) if lines else None
@@ -234,13 +234,14 @@ def comparison_table(
 
 
 def _change_cell(change: float, interval: Interval | None, better: bool) -> str:
-    """A Δ cell's markup: ``+0.084 [+0.050, +0.120]`` green (``better``) or red where the
+    """A Δ cell's markup, its verdict in words as well as colour (a log has no colour):
+    ``better +0.084 [+0.050, +0.120]`` green (``better``) or ``worse …`` red where the
     interval excludes 0, ``≈ +0.012 [-0.020, +0.040]`` dim where it holds 0; without an
-    interval, the plain change green or red by ``better`` alone."""
+    interval, ``+0.050 (no interval)`` green or red by ``better`` alone."""
     colour = "green" if better else "red"
     if interval is None:
-        return f"[{colour}]{change:+.3f}[/{colour}]"
+        return f"[{colour}]{change:+.3f} (no interval)[/{colour}]"
     text = escape(f"{change:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}]")
     if not interval.excludes(0.0):
         return f"[dim]≈ {text}[/dim]"
-    return f"[{colour}]{text}[/{colour}]"
+    return f"[{colour}]{'better' if better else 'worse'} {text}[/{colour}]"

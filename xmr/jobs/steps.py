@@ -27,6 +27,7 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 
+from xmr.progress import print_heading, summary_line
 from xmr.storage import StoragePath, check_bucket, storage_path, write_atomic
 from xmr.tracking import (
     TrackedRun,
@@ -150,12 +151,24 @@ class Job:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A finished job: its MLflow run, every step's outcome (by name), the steps it skipped."""
+    """A finished job: its MLflow run, every step's outcome (by name), the steps it skipped,
+    and how long this submission ran (seconds)."""
 
     job: Job
     run_id: str
     outcomes: Mapping[str, StepOutcome]
     skipped: Sequence[str]
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """The line that closes the job: its name, time, steps run and skipped, folder and
+        MLflow run."""
+        numbers = {
+            "steps run": len(self.job.steps) - len(self.skipped),
+            "finished before": len(self.skipped),
+        }
+        where = f"{self.job.folder} (MLflow run {self.run_id} in {self.job.experiment})"
+        return summary_line(f"job {self.job.name}", self.seconds, numbers, where)
 
 
 def step_record(folder: StoragePath, step: Step) -> StoragePath:
@@ -195,15 +208,50 @@ def check_same_job(job: Job) -> None:
         )
 
 
-def print_plan(job: Job, console: Console) -> None:
+def print_plan(job: Job, console: Console, *, commands: bool = True) -> None:
     """The job's steps, each marked done (finished before: it will be skipped) or to do, with
-    the xmr command line that does the same by hand."""
+    the xmr command line that does the same by hand (``commands``)."""
     console.print(f"job [bold]{job.name}[/bold] in {job.folder}", soft_wrap=True)
     for number, step in enumerate(job.steps, start=1):
         done = finished_outcome(job.folder, step) is not None
         state = "[green]done [/green]" if done else "to do"
-        console.print(f"  {number}. {state}  [bold]{step.name}[/bold]: {step.summary}")
-        console.print(f"       $ {step.command}", soft_wrap=True, markup=False, highlight=False)
+        console.print(
+            f"  {number}. {state}  [bold]{step.name}[/bold]: {step.summary}", soft_wrap=True
+        )
+        if commands:
+            console.print(f"       $ {step.command}", soft_wrap=True, markup=False, highlight=False)
+
+
+HEADLINE = (
+    "written", "errors", "trials", "trials_failed",
+    "recall_i2t_at_10", "recall_t2i_at_10", "odmap_at_1", "bias_at_10", "binding/accuracy",
+)  # fmt: skip
+"""The numbers a step's summary line shows, when its outcome has them (after a split prefix:
+``test/odmap_at_1``), in this order; a sweep's ``best/…`` follow."""
+
+
+def headline(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The few numbers of ``metrics`` that say how a step went (:data:`HEADLINE`, then a
+    sweep's best values), by their short names.
+
+    >>> headline({"test/odmap_at_1": 0.5, "test/odmap_at_1_ci_low": 0.4, "planned": 9.0})
+    {'odmap_at_1': 0.5}
+    """
+    short = {key.split("/", 1)[-1]: value for key, value in metrics.items()}
+    chosen = {key: short[key] for key in HEADLINE if key in short}
+    chosen.update({k: v for k, v in metrics.items() if k.startswith("best/")})
+    return chosen
+
+
+def print_step_summary(console: Console, step: Step, outcome: StepOutcome) -> None:
+    """The line that closes a step: its name, time, headline numbers and where its output
+    (the first of its outputs) and MLflow run are."""
+    where = next(iter(outcome.outputs.values()), None)
+    if outcome.run_id is not None:
+        run = f"MLflow run {outcome.run_id}"
+        where = f"{where} ({run})" if where else run
+    line = summary_line(step.name, outcome.seconds, headline(outcome.metrics), where)
+    console.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 def _job_run(job: Job, tracking_uri: str) -> TrackedRun:
@@ -252,15 +300,16 @@ def run_job(
     outcomes: dict[str, StepOutcome] = {}
     skipped: list[str] = []
     total = len(job.steps)
+    job_started = time.perf_counter()
     with run.ending():
         for number, step in enumerate(job.steps, start=1):
             done = finished_outcome(job.folder, step)
             if done is not None:
-                console.rule(f"{number}/{total}  {step.name}: finished before, skipped")
+                print_heading(console, f"{number}/{total} {step.name}: finished before, skipped")
                 outcomes[step.name] = done
                 skipped.append(step.name)
                 continue
-            console.rule(f"{number}/{total}  {step.name}: {step.summary}")
+            print_heading(console, f"{number}/{total} {step.name}: {step.summary}")
             context = StepContext(job.folder, job.experiment, run.run_id, uri, address, outcomes)
             started = time.perf_counter()
             outcome = step.run(context)
@@ -269,4 +318,5 @@ def run_job(
             _write_outcome(step_record(job.folder, step), outcome)
             run.log_metrics({f"time/{step.name}": seconds})
             outcomes[step.name] = outcome
-    return JobResult(job, run.run_id, outcomes, skipped)
+            print_step_summary(console, step, outcome)
+    return JobResult(job, run.run_id, outcomes, skipped, time.perf_counter() - job_started)

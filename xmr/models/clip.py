@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from xmr.logs import without_message
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
@@ -123,7 +124,8 @@ def build(spec: ModelSpec, corpus: Corpus | None = None) -> ClipModel:
     """
     if spec.pretrained is not None:
         _fetch(spec.arch, spec.pretrained)
-    model, _, transform = open_clip.create_model_and_transforms(
-        spec.arch, pretrained=spec.pretrained
-    )
+    with without_message("No pretrained weights loaded"):  # random init is what was asked
+        model, _, transform = open_clip.create_model_and_transforms(
+            spec.arch, pretrained=spec.pretrained
+        )
     return ClipModel(spec, model, transform, open_clip.get_tokenizer(spec.arch))

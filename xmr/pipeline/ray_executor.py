@@ -13,20 +13,20 @@ import ray
 import ray._private.ray_constants
 import ray.data
 
+from xmr.logs import MessageFilter, quiet_console
 from xmr.pipeline.stage import Batch, Stage
-from xmr.progress import stdout_is_terminal
 
 _LOOPBACK = "127.0.0.1"
 
 
-def init_ray(
-    address: str | None = None, num_cpus: int | None = None, *, log_to_driver: bool = False
-) -> None:
-    """Attach to a running cluster (``address`` or ``RAY_ADDRESS``) or start local Ray.
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Attach to a running cluster (``address`` or ``RAY_ADDRESS``) or start local Ray, once
+    per process: does nothing when Ray is already initialised here.
 
-    ``log_to_driver``: show the workers' output here (training progress); pipelines keep it
-    off and report through their own progress bars. Does nothing when Ray is already
-    initialised in this process.
+    One start serves every step of a process (a job's D′ build, then its trainings), so it
+    has the settings all of them need: the workers' output comes to this console (training
+    progress and epoch lines), and every worker runs :func:`quiet_worker` first, so that the
+    libraries' INFO records stay in their log files (:mod:`xmr.logs`).
 
     A local Ray's workers get ``NLTK_DATA`` with absolute folders
     (:func:`absolute_data_paths`: ``NLTK_DATA=../nltk_data xmr train`` finds the tagger in the
@@ -37,17 +37,17 @@ def init_ray(
     cleaner looks for a Ray on the machine, fails when there are several (a traceback), and
     warns every second when there is no state API.
 
-    When standard output is not a terminal (a job log, CI, a pipe), Ray Data's console shows
-    warnings and errors only: its INFO lines and its periodic progress reports, which it logs
-    instead of bars there, go to its log file (``ray-data.log`` in Ray's session folder).
+    Ray Data's console shows warnings and errors only, here and in the workers: its INFO
+    lines and its periodic progress reports, which it logs instead of bars in a job log, go to
+    its log file (``ray-data.log`` in Ray's session folder).
     """
     if ray.is_initialized():
         return
-    if not stdout_is_terminal():
-        _ray_data_console_level(logging.WARNING)
+    quiet_console()
+    _ray_data_console_level(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=log_to_driver)
+        ray.init(address=address, runtime_env={"worker_process_setup_hook": quiet_worker})
         return
     dashboard_port = _free_loopback_port()
     with _single_node_addresses():
@@ -56,12 +56,12 @@ def init_ray(
             include_dashboard=True,
             dashboard_host=_LOOPBACK,
             dashboard_port=dashboard_port,
-            log_to_driver=log_to_driver,
             runtime_env={
+                "worker_process_setup_hook": quiet_worker,
                 "env_vars": {
                     "RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}",
                     **absolute_data_paths(),
-                }
+                },
             },
         )
 
@@ -74,6 +74,18 @@ def absolute_data_paths() -> dict[str, str]:
         return {}
     folders = [os.path.abspath(folder) for folder in value.split(os.pathsep) if folder]
     return {"NLTK_DATA": os.pathsep.join(folders)}
+
+
+def quiet_worker() -> None:
+    """Every worker's first step (Ray's ``worker_process_setup_hook``): Ray Data's console
+    shows warnings and errors only, and the other libraries' INFO stays off the console
+    (:func:`~xmr.logs.quiet_console`); their log files keep everything."""
+    _ray_data_console_level(logging.WARNING)
+    # xmr turns Ray Data's bars off where they would print through the workers (training in
+    # a log), and Ray Data warns about it in every split coordinator.
+    progress = logging.getLogger("ray.data._internal.progress")
+    progress.addFilter(MessageFilter("Progress bars disabled"))
+    quiet_console()
 
 
 def _ray_data_console_level(level: int) -> None:

@@ -41,7 +41,7 @@ from xmr.data.records import ImageRecord
 from xmr.data.synthetic import MANIFEST, ROW_SCHEMA
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
-from xmr.progress import ProgressLines, stdout_is_terminal
+from xmr.progress import PARTS, ProgressLines, stdout_is_terminal
 from xmr.storage import StoragePath
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import (
@@ -232,8 +232,9 @@ def plan_pass(
         stages.append((stage, detect_actors))
     cpu_default = place.cpus - (detect_actors if detect and not place.gpus else 0)
     plan_actors = place.actors(runtime.plan_actors, False, min(cpu_default, blocks))
-    # Planning is light per record: a few large tasks per worker keep Ray's per-task cost small.
-    plan_batch = max(runtime.batch_size, math.ceil(len(items) / (4 * plan_actors)))
+    # Planning is light per record: large tasks keep Ray's per-task cost small, and twice as
+    # many as the progress lines of a log make each tenth of the pass show as it is done.
+    plan_batch = max(runtime.batch_size, math.ceil(len(items) / (2 * PARTS)))
     stages.append((PlanRows(config, Resources(1.0), plan_batch), plan_actors))
     rows, errors, busy = [], [], Counter()
     lines = log_lines(len(items), "plan", "images", runtime)

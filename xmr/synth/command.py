@@ -16,6 +16,7 @@ import typer
 
 from xmr.llm import LLMSpec
 from xmr.options import Overrides, command, option, resolve_paths, user_errors
+from xmr.progress import summary_line
 from xmr.synth.config import SynthConfig, SynthRuntime
 
 
@@ -57,10 +58,14 @@ def run_synth(
             result = synthesize(synth_config, runtime)
     save_sample_grid(result.out, result.out / SAMPLES, seed=synth_config.seed)
     print_summary(result)
+    where = str(result.out)
     if runtime.log_mlflow:
         run_id = log_to_mlflow(result, synth_config, runtime, llm)
         experiment = experiment_name("synth", synth_config.dataset)
-        typer.echo(f"MLflow run {run_id} in experiment {experiment}")
+        where += f" (MLflow run {run_id} in experiment {experiment})"
+    manifest = result.manifest
+    counts = {key: manifest[key] for key in ("planned", "written", "errors")}
+    typer.echo(summary_line("synth", manifest["timings_s"]["total"], counts, where))
     if result.error_rate > runtime.max_error_rate:
         manifest = result.manifest
         typer.secho(

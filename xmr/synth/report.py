@@ -28,7 +28,7 @@ SAMPLES = "samples.png"
 def print_summary(result: SynthResult, console: Console | None = None) -> None:
     """The end-of-build table: counts, errors per stage, time and where it went."""
     m = result.manifest
-    table = Table(title=f"D′ written to {result.out}", show_header=False)
+    table = Table(title="D′", show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_row("planned", str(m["planned"]))
@@ -50,7 +50,9 @@ def print_summary(result: SynthResult, console: Console | None = None) -> None:
         table.add_row(name.replace("_", " "), str(value))
     if m.get("mode") == "biaug":
         table.add_row("dropped proposals, rejected rows", f"{counts['reasons']} (reasons.parquet)")
-    (console or Console()).print(table)
+    console = console or Console()
+    console.print(table)
+    console.print(f"D′ written to {result.out}", soft_wrap=True, markup=False, highlight=False)
 
 
 def _sample_rows(out: StoragePath, count: int, seed: int) -> list[dict]:

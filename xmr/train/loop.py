@@ -38,6 +38,7 @@ from xmr.eval.config import EvalConfig
 from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
+from xmr.logs import quiet_console
 from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
 from xmr.models.gather import mean_over_workers
@@ -141,10 +142,11 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     ``data_root`` (resolved dataset folder), ``steps_per_epoch`` (of a full epoch: the run's
     total, :meth:`TrainConfig.total_steps`, may end within the last one), ``corpus`` (captions
     and entities, for vocabularies), ``progress`` (rank 0's progress through each epoch:
-    ``"bar"``, ``"lines"`` or ``"none"``; the epoch line is always printed), ``grouped`` (the
+    ``"bar"`` or ``"lines"``; the epoch line follows), ``grouped`` (the
     batches keep BiAug groups whole: report ``train/pairs_together``), ``clock`` (the loader's
     :class:`~xmr.train.loader.StartClock`).
     """
+    quiet_console()  # after Ray Train configured this worker's logging
     config = TrainConfig.from_dict(loop_config["config"])
     data_root = storage_path(loop_config["data_root"])
     steps_per_epoch = int(loop_config["steps_per_epoch"])
@@ -308,15 +310,13 @@ def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
             group = []
 
 
-def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | ProgressLines | None:
+def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | ProgressLines:
     """Rank 0's progress through an epoch of ``steps`` steps: ``style`` ``"bar"`` (the
-    driver's terminal draws it), ``"lines"`` (a line per tenth, for a log) or ``"none"``."""
+    driver's terminal draws it) or ``"lines"`` (a line per tenth, for a log)."""
     desc = f"epoch {epoch + 1}/{epochs}"
     if style == "bar":
         return tqdm(total=steps, desc=desc)
-    if style == "lines":
-        return ProgressLines(steps, desc, unit="steps")
-    return None
+    return ProgressLines(steps, desc, unit="steps")
 
 
 def _epoch_line(metrics: dict[str, float], config: TrainConfig) -> str:

@@ -238,7 +238,6 @@ def train(
     experiment: str | None = None,
     parent_run_id: str | None = None,
     callbacks: list[ray.train.UserCallback] | None = None,
-    progress: bool = True,
 ) -> TrainResult:
     """Train ``config`` on Ray Train and return the final metrics and checkpoint paths.
 
@@ -246,8 +245,9 @@ def train(
     ``xmr/train/<dataset>``, :func:`~xmr.tracking.experiment_name`), nested under
     ``parent_run_id`` when given (a sweep's trial).
     ``callbacks`` join the run's Ray Train callbacks (a Tune trial forwards reports to Tune).
-    ``progress``: the per-epoch progress of rank 0 (sweeps keep only the epoch lines): a bar
-    when standard output is a terminal, else a line per tenth of the epoch.
+    Rank 0 shows its progress through each epoch: a bar when standard output is a terminal,
+    else a line per tenth of the epoch (a sweep's trial, whose process has no terminal, prints
+    lines: concurrent bars would overwrite each other).
 
     With ``config.steps`` the run stops after that many optimiser steps, its epochs set here
     from the data (:func:`_run_length`); every run logs its total as the param
@@ -321,7 +321,7 @@ def train(
     if missing:
         run.log_params(missing)
 
-    init_ray(address, log_to_driver=True)  # the workers' progress bars and epoch lines
+    init_ray(address)
     terminal = stdout_is_terminal()
     if not terminal:  # Ray Data's bars for the training split, drawn through the workers
         ray.data.DataContext.get_current().enable_progress_bars = False
@@ -337,7 +337,7 @@ def train(
             "data_root": str(root),
             "steps_per_epoch": steps_per_epoch,
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
-            "progress": ("bar" if terminal else "lines") if progress else "none",
+            "progress": "bar" if terminal else "lines",
             "grouped": grouped,
             "clock": clock,
         },
@@ -355,6 +355,8 @@ def train(
             failure_config=ray.train.FailureConfig(max_failures=config.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
             callbacks=[MlflowReporter(run, run_dir), *(callbacks or [])],
+            # Ray Train's own INFO (worker groups, checkpoints, reports) in its log files only
+            logging_config=ray.LoggingConfig(log_level="WARNING"),
         ),
         datasets={"train": dataset},
         dataset_config=ray.train.DataConfig(

@@ -67,6 +67,7 @@ from xmr.tune.pareto import (
     plot_pareto,
 )
 from xmr.tune.space import DEFAULT_SYNTH, Domain, Objective, SearchSpace, SpaceError
+from xmr.tune.trial_lines import TrialLines
 from xmr.tune.trials import OBJECTIVE, SweepContext, eval_trial, train_trial
 
 SWEEP_FILE = "xmr_sweep.json"
@@ -365,7 +366,7 @@ def run_sweep(
     experiment = experiment or experiment_name("tune", space.name)
     parent = _parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
     try:
-        init_ray(address, log_to_driver=True)  # trials' epoch lines, the base model's bars
+        init_ray(address)
         with _sigterm_as_ctrl_c():
             trials = _run_trials(
                 space, name, sweep_dir, experiment, parent, address, max_concurrent
@@ -428,7 +429,9 @@ def _run_trials(
                 name=name,
                 storage_path=str(sweep_dir.parent),
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-                verbose=1,
+                # Tune's tables off: a line per trial start and end instead
+                verbose=0,
+                callbacks=[TrialLines(context, [m.name for m in space.metrics], space.trial_count)],
             ),
         )
     return _trials_frame(space, tuner.fit(), context)

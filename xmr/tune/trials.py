@@ -129,7 +129,6 @@ def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
             experiment=context.experiment,
             parent_run_id=context.parent_run_id,
             callbacks=[TuneReportCallback()] if context.report_epochs else [],
-            progress=False,  # concurrent trials' bars would overwrite each other
         )
     except Exception as exc:
         _record_failure(context, trial_id, options, exc)
