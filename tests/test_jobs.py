@@ -18,6 +18,7 @@ from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.jobs import Job, Step, StepContext, StepOutcome, run_job
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.steps import print_plan
+from xmr.metrics import metric_direction
 from xmr.tracking import start_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,8 +205,13 @@ def test_the_comparison_pairs_the_conditions_runs_query_by_query(tmp_path: Path)
     assert f"{r5.delta:+.3f} [{r5.ci_low:+.3f}, {r5.ci_high:+.3f}]" in shown
     assert f"≈ +0.000 [{low:+.3f}, {high:+.3f}]" in shown
     bias_line = next(line for line in shown.splitlines() if "bias_at_10" in line)
-    plain_change = f"{frame.loc['test/bias_at_10', 'delta']:+.3f}"  # B − A, no interval
+    plain_change = f"{frame.loc['test/bias_at_10', 'delta']:+.3f} (no interval)"  # B − A
     assert bias_line.split("│")[-2].strip() == plain_change
+    verdict = (
+        "better" if metric_direction("test/recall_t2i_at_5").better(r5.delta, than=0) else "worse"
+    )
+    r5_line = next(line for line in shown.splitlines() if "recall_t2i_at_5" in line)
+    assert r5_line.split("│")[-2].strip().startswith(verdict if r5.significant else "≈")
     caption = " ".join(shown.split())  # wrapped to the table's width
     assert "Δ = B − A [95% paired bootstrap interval over the same queries]" in caption
     assert compared.notes[0] in caption
