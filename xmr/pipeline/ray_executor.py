@@ -60,6 +60,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                 "worker_process_setup_hook": quiet_worker,
                 "env_vars": {
                     "RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}",
+                    # One machine is never preempted node by node: Ray Train's watcher for
+                    # that would only log an error per training about its actor's arguments.
+                    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
                     **absolute_data_paths(),
                 },
             },
