@@ -332,6 +332,20 @@ def _tag_filter(tags: Mapping[str, str]) -> str:
     return " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
 
 
+def run_link(run_id: str, *, tracking_uri: str) -> str:
+    """How a log names a run: its page in the MLflow UI when the store is a server
+    (``http://…/#/experiments/<id>/runs/<run id>``), else ``MLflow run <run id>``."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return f"MLflow run {run_id}"
+    from mlflow.exceptions import MlflowException
+
+    try:
+        experiment = _client(tracking_uri).get_run(run_id).info.experiment_id
+    except MlflowException:
+        return f"MLflow run {run_id}"
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+
+
 def experiment_id(experiment: str, *, tracking_uri: str) -> str | None:
     """The id of ``experiment``, None when the store has no such experiment."""
     found = _client(tracking_uri).get_experiment_by_name(experiment)

@@ -34,6 +34,7 @@ from xmr.tracking import (
     experiment_name,
     recorded_run,
     resolve_tracking_uri,
+    run_link,
     start_run,
     write_run_record,
 )
@@ -151,13 +152,14 @@ class Job:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A finished job: its MLflow run, every step's outcome (by name), the steps it skipped,
-    and how long this submission ran (seconds)."""
+    """A finished job: its MLflow run (on ``tracking_uri``), every step's outcome (by name),
+    the steps it skipped, and how long this submission ran (seconds)."""
 
     job: Job
     run_id: str
     outcomes: Mapping[str, StepOutcome]
     skipped: Sequence[str]
+    tracking_uri: str
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -167,7 +169,8 @@ class JobResult:
             "steps run": len(self.job.steps) - len(self.skipped),
             "finished before": len(self.skipped),
         }
-        where = f"{self.job.folder} (MLflow run {self.run_id} in {self.job.experiment})"
+        run = run_link(self.run_id, tracking_uri=self.tracking_uri)
+        where = f"{self.job.folder} ({run} in {self.job.experiment})"
         return summary_line(f"job {self.job.name}", self.seconds, numbers, where)
 
 
@@ -243,12 +246,14 @@ def headline(metrics: Mapping[str, float]) -> dict[str, float]:
     return chosen
 
 
-def print_step_summary(console: Console, step: Step, outcome: StepOutcome) -> None:
+def print_step_summary(
+    console: Console, step: Step, outcome: StepOutcome, tracking_uri: str
+) -> None:
     """The line that closes a step: its name, time, headline numbers and where its output
     (the first of its outputs) and MLflow run are."""
     where = next(iter(outcome.outputs.values()), None)
     if outcome.run_id is not None:
-        run = f"MLflow run {outcome.run_id}"
+        run = run_link(outcome.run_id, tracking_uri=tracking_uri)
         where = f"{where} ({run})" if where else run
     line = summary_line(step.name, outcome.seconds, headline(outcome.metrics), where)
     console.print(line, soft_wrap=True, markup=False, highlight=False)
@@ -318,5 +323,5 @@ def run_job(
             _write_outcome(step_record(job.folder, step), outcome)
             run.log_metrics({f"time/{step.name}": seconds})
             outcomes[step.name] = outcome
-            print_step_summary(console, step, outcome)
-    return JobResult(job, run.run_id, outcomes, skipped, time.perf_counter() - job_started)
+            print_step_summary(console, step, outcome, uri)
+    return JobResult(job, run.run_id, outcomes, skipped, uri, time.perf_counter() - job_started)

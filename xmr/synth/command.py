@@ -43,7 +43,7 @@ def run_synth(
     """
     from xmr.synth.config import load_configs, load_llm_spec
     from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
-    from xmr.tracking import experiment_name
+    from xmr.tracking import experiment_name, resolve_tracking_uri, run_link
 
     with user_errors():
         synth_config, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
@@ -62,7 +62,8 @@ def run_synth(
     if runtime.log_mlflow:
         run_id = log_to_mlflow(result, synth_config, runtime, llm)
         experiment = experiment_name("synth", synth_config.dataset)
-        where += f" (MLflow run {run_id} in experiment {experiment})"
+        run = run_link(run_id, tracking_uri=resolve_tracking_uri(runtime.tracking_uri))
+        where += f" ({run} in experiment {experiment})"
     manifest = result.manifest
     counts = {key: manifest[key] for key in ("planned", "written", "errors")}
     typer.echo(summary_line("synth", manifest["timings_s"]["total"], counts, where))
