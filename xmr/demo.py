@@ -16,8 +16,6 @@ finished steps and resumes an interrupted one.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.console import Console
 
 from xmr.data.default_world import default_toyworld
@@ -30,7 +28,7 @@ DEMO_EPOCHS = 3  # bench/RESULTS.md: the D′ effect is clear after 3 epochs
 
 
 def demo_job(
-    workdir: Path,
+    workdir: StoragePath,
     *,
     seed: int = 0,
     epochs: int = DEMO_EPOCHS,
@@ -47,7 +45,7 @@ def demo_job(
 
 
 def run_demo(
-    workdir: Path,
+    workdir: StoragePath,
     *,
     seed: int = 0,
     epochs: int = DEMO_EPOCHS,

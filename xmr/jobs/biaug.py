@@ -50,7 +50,7 @@ from xmr.benchmarks import (
     SUGARCREPE_MEAN_METRIC,
     category_metric,
 )
-from xmr.data.registry import DATASETS, check_data_root
+from xmr.data.registry import DATASETS, check_data_folder
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.jobs.commands import eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
@@ -138,7 +138,7 @@ class BiAugJobOptions:
     llm_in_flight: int | None = option(None, "LLM requests open at once per worker.", ge=1)
     llm_timeout: float | None = option(None, "Seconds one LLM request may take.", gt=0)
     llm_cache: StoragePath | None = option(
-        None, "Folder of the LLM response cache (default: in the D′ folder)."
+        None, "Folder of the LLM response cache (default: in the D′ folder).", output=True
     )
     llm_device: str | None = option(None, "Device of --llm hf: auto, cpu, cuda, cuda:N.")
     llm_batch_size: int | None = option(
@@ -186,7 +186,7 @@ class BiAugJobOptions:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
-        check_data_root(self.dataset, self.data)
+        check_data_folder(self.dataset, self.data)
         if self.llm is None and not toyworld:
             raise ValueError(
                 f"--llm is required for --dataset {self.dataset}: openai | hf | vllm, with "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -12,7 +13,9 @@ import numpy as np
 import ray
 import ray._private.ray_constants
 import ray.data
+from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
+from xmr.job_env import forwarded_env
 from xmr.pipeline.stage import Batch, Stage
 from xmr.progress import stdout_is_terminal
 
@@ -28,8 +31,8 @@ def init_ray(
     off and report through their own progress bars. Does nothing when Ray is already
     initialised in this process.
 
-    A local Ray's workers get ``NLTK_DATA`` with absolute folders
-    (:func:`absolute_data_paths`: ``NLTK_DATA=../nltk_data xmr train`` finds the tagger in the
+    The workers get the variables xmr reads, as this process has them (:func:`worker_env_vars`;
+    ``NLTK_DATA=../nltk_data xmr train`` finds the tagger in the
     workers too). A local Ray listens on loopback only (see :func:`_single_node_addresses`); token
     authentication stays as Ray sets it (on). Its dashboard runs on a free loopback port
     because Ray Train's placement-group cleaner asks the dashboard's state API whether the
@@ -47,7 +50,7 @@ def init_ray(
         _ray_data_console_level(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=log_to_driver)
+        ray.init(address=address, log_to_driver=log_to_driver, runtime_env=worker_runtime_env())
         return
     dashboard_port = _free_loopback_port()
     with _single_node_addresses():
@@ -60,20 +63,33 @@ def init_ray(
             runtime_env={
                 "env_vars": {
                     "RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}",
-                    **absolute_data_paths(),
+                    **worker_env_vars(),
                 }
             },
         )
 
 
-def absolute_data_paths() -> dict[str, str]:
-    """``NLTK_DATA`` as the workers of a local Ray need it: each of its folders made absolute
-    here, since the workers run in other folders (``{}`` when it is unset)."""
-    value = os.environ.get("NLTK_DATA")
-    if not value:
-        return {}
-    folders = [os.path.abspath(folder) for folder in value.split(os.pathsep) if folder]
-    return {"NLTK_DATA": os.pathsep.join(folders)}
+def worker_env_vars() -> dict[str, str]:
+    """The variables xmr reads (:func:`~xmr.job_env.forwarded_env`: ``NLTK_DATA``,
+    ``MLFLOW_TRACKING_URI``, ``XMR_*``, the AWS settings that are not secret), as this
+    process has them, relative paths made absolute, for the workers it starts: a worker sees
+    the environment of the ``ray start`` of its node, not the driver's.
+
+    In the driver of a Ray job, less those the job's own runtime environment sets (``ray job
+    submit --runtime-env-json``): they reach the workers already, and Ray refuses a
+    ``ray.init`` that sets one of them again.
+    """
+    forwarded = forwarded_env()
+    job = json.loads(os.environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}")
+    given = (job.get("runtime_env") or {}).get("env_vars") or {}
+    return {name: value for name, value in forwarded.items() if name not in given}
+
+
+def worker_runtime_env() -> dict[str, dict[str, str]] | None:
+    """The runtime environment a driver that connects to a cluster gives its job
+    (:func:`worker_env_vars`; None when there is nothing to pass)."""
+    env_vars = worker_env_vars()
+    return {"env_vars": env_vars} if env_vars else None
 
 
 def _ray_data_console_level(level: int) -> None:
