@@ -19,6 +19,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from xmr.data.default_world import default_toyworld
+from xmr.data.registry import check_data_folder
 from xmr.jobs.odmap import ODmAPJobOptions, odmap_report, odmap_steps
 from xmr.jobs.options import job_params
 from xmr.jobs.steps import Job, JobResult, run_job
@@ -38,6 +39,7 @@ def demo_job(
 ) -> Job:
     """The demo's job in ``workdir``, on ``data`` (another ToyWorld folder, from ``xmr data
     toyworld``, a path or ``s3://…``) or the default ToyWorld."""
+    check_data_folder("toyworld", data)
     world = data or default_toyworld(seed, progress=progress)
     options = ODmAPJobOptions(data=world, epochs=epochs, seed=seed, cpus_per_worker=cpus_per_worker)
     steps = odmap_steps(options, workdir, {"xmr.demo": f"seed{seed}"})

@@ -50,8 +50,8 @@ def check_data_root(name: str, root: str | Path | ObjectPath | None) -> None:
 def check_data_folder(name: str, root: str | Path | ObjectPath | None) -> None:
     """:func:`check_data_root`, and ``root`` is a folder that exists (None, the default
     dataset, passes): for a command's own ``--data``, checked before it writes anything or
-    starts Ray. A job's steps may read a folder an earlier step writes, so options built for a
-    step check :func:`check_data_root` only.
+    starts Ray. A job's steps may read a folder an earlier step writes, and options are built
+    without reaching an object store, so options check :func:`check_data_root` only.
 
     Raises:
         FileNotFoundError: ``--data ROOT is not a folder``.

@@ -50,7 +50,7 @@ from xmr.benchmarks import (
     SUGARCREPE_MEAN_METRIC,
     category_metric,
 )
-from xmr.data.registry import DATASETS, check_data_folder
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.jobs.commands import eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
@@ -186,7 +186,7 @@ class BiAugJobOptions:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
-        check_data_folder(self.dataset, self.data)
+        check_data_root(self.dataset, self.data)
         if self.llm is None and not toyworld:
             raise ValueError(
                 f"--llm is required for --dataset {self.dataset}: openai | hf | vllm, with "

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from rich.console import Group
 
-from xmr.data.registry import check_data_folder
+from xmr.data.registry import check_data_root
 from xmr.jobs.commands import train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
@@ -99,7 +99,7 @@ class EiClipJobOptions:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
-        check_data_folder(self.dataset, self.data)
+        check_data_root(self.dataset, self.data)
         if self.dataset == "toyworld":
             _check_shop_world(self.data, self.world_config)
 

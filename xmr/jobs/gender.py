@@ -25,7 +25,7 @@ import pandas as pd
 from rich.console import Group
 from rich.table import Table
 
-from xmr.data.registry import DATASETS, check_data_folder
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
@@ -90,7 +90,7 @@ class GenderJobOptions:
         resolve_paths(self)
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
-        check_data_folder(self.dataset, self.data)
+        check_data_root(self.dataset, self.data)
         if any(alpha < 0 or alpha > 1 for alpha in parse_values(self.alphas, "--alphas")):
             raise ValueError(f"--alphas must lie in [0, 1], got {self.alphas!r}")
         if 0 not in parse_values(self.alphas, "--alphas"):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from xmr.data.registry import DATASETS, check_data_folder
+from xmr.data.registry import DATASETS, check_data_root
 from xmr.jobs.commands import synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
@@ -85,7 +85,7 @@ class ODmAPJobOptions:
         resolve_paths(self)
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
-        check_data_folder(self.dataset, self.data)
+        check_data_root(self.dataset, self.data)
 
 
 def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
