@@ -283,6 +283,8 @@ def test_a_ratio_beyond_dprime_says_how_much_it_used(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gitignore_covers_every_default_output_folder() -> None:
     from xmr.cli import DemoOptions
+    from xmr.jobs.options import DEFAULT_STORAGE as JOB_STORAGE
+    from xmr.options import OPTION
     from xmr.synth.config import DEFAULT_OUT
     from xmr.tracking import ARTIFACTS_DIR, DEFAULT_DB
     from xmr.train.options import DEFAULT_STORAGE as TRAIN_STORAGE
@@ -291,12 +293,13 @@ def test_gitignore_covers_every_default_output_folder() -> None:
     repo = Path(__file__).resolve().parents[1]
     if not (repo / ".git").exists():
         pytest.skip("not a git checkout")
-    demo_workdir = Path(DemoOptions.__dataclass_fields__["workdir"].default)
-    outputs = [DEFAULT_OUT, TRAIN_STORAGE, TUNE_STORAGE, demo_workdir, Path(ARTIFACTS_DIR)]
+    demo_workdir = Path(DemoOptions.__dataclass_fields__["workdir"].metadata[OPTION].default_folder)
+    folders = [DEFAULT_OUT, TRAIN_STORAGE, TUNE_STORAGE, demo_workdir, JOB_STORAGE]
+    outputs = [*folders, Path(ARTIFACTS_DIR)]
     paths = [f"{folder}/anything" for folder in outputs] + [DEFAULT_DB]
     checked = subprocess.run(
         ["git", "check-ignore", "--no-index", *paths], cwd=repo, capture_output=True, text=True
     )
     assert sorted(checked.stdout.split()) == sorted(paths)
-    assert len({str(folder) for folder in outputs[:4]}) == 4
-    assert all(str(folder).startswith("xmr-") for folder in outputs[:4])
+    assert len({str(folder) for folder in folders}) == len(folders)
+    assert all(str(folder).startswith("xmr-") for folder in folders)

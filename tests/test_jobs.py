@@ -246,6 +246,8 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
         (["--fill", "magic"], "error: --fill 'magic' is not one of telea"),
         (["--epochs", "0"], "error: --epochs must be >= 1, got 0"),
         (["--model", "resnet"], "error: unknown model family 'resnet'"),
+        (["--data", "/nonexistent", "--dry-run"], "error: --data /nonexistent is not a folder"),
+        (["--name", "../../x"], "error: --name '../../x' must be one folder name"),
     ],
 )
 def test_the_odmap_job_refuses_bad_options_before_any_step(
@@ -254,7 +256,7 @@ def test_the_odmap_job_refuses_bad_options_before_any_step(
     refused = _odmap(tmp_path, *args)
     assert refused.returncode == 2
     assert refused.stderr.startswith(error), refused.stderr
-    assert not (tmp_path / "xmr-jobs").exists()
+    assert not list(tmp_path.iterdir())  # no xmr-jobs/, job.json or mlflow.db
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ LAYERS = (
     "pretrained",
     "storage",  # xmr/storage.py: local paths and object-store URIs (pyarrow filesystems)
     "tracking",
+    "job_env",  # xmr/job_env.py: the variables xmr forwards to a Ray job's processes
     "options",  # xmr/options.py: command-line options on dataclasses (typer only)
     "progress",  # xmr/progress.py: console progress, bars on a terminal, lines in a log (tqdm)
     "logs",  # xmr/logs.py: other libraries' INFO off the console

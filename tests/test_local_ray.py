@@ -186,12 +186,12 @@ def test_toyworld_progress_in_a_log_is_whole_lines(tmp_path: Path, capsys):
 def test_a_relative_nltk_data_reaches_local_workers_absolute(tmp_path, monkeypatch) -> None:
     """``NLTK_DATA=../shared/nltk_data xmr train`` from the repository: the workers of the
     local Ray run in other folders, so they get the folders made absolute here."""
-    from xmr.pipeline.ray_executor import absolute_data_paths
+    from xmr.pipeline.ray_executor import worker_env_vars
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("NLTK_DATA", os.pathsep.join(["../nltk", "/srv/nltk", ""]))
-    assert absolute_data_paths() == {
-        "NLTK_DATA": os.pathsep.join([str(tmp_path.parent / "nltk"), "/srv/nltk"])
-    }
+    assert worker_env_vars()["NLTK_DATA"] == os.pathsep.join(
+        [str(tmp_path.parent / "nltk"), "/srv/nltk"]
+    )
     monkeypatch.delenv("NLTK_DATA")
-    assert absolute_data_paths() == {}
+    assert "NLTK_DATA" not in worker_env_vars()

@@ -13,12 +13,13 @@ store of its own. The module stops only the processes it started (never ``ray st
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,21 +80,27 @@ class TwoNodes:
             n["node_id"] for n in nodes if n["node_id"] not in (self.head_id, self.worker_id)
         ]
 
-    def job_command(self, submission_id: str, *entrypoint: str) -> list[str]:
+    def job_command(
+        self, submission_id: str, *entrypoint: str, env_vars: Mapping[str, str] | None = None
+    ) -> list[str]:
         """``ray job submit`` of ``entrypoint`` (this interpreter) from the repository, with
-        the MLflow server in the job's runtime env."""
+        ``env_vars`` (default: the MLflow server and NLTK_DATA) in the job's runtime env."""
+        if env_vars is None:
+            env_vars = {"MLFLOW_TRACKING_URI": self.tracking_uri, "NLTK_DATA": str(NLTK_DATA)}
         return self.cluster.submit_command(
             [sys.executable, *entrypoint],
             working_dir=REPO,
-            env_vars={"MLFLOW_TRACKING_URI": self.tracking_uri, "NLTK_DATA": str(NLTK_DATA)},
+            env_vars=env_vars,
             submission_id=submission_id,
         )
 
-    def submit(self, submission_id: str, *entrypoint: str) -> str:
+    def submit(
+        self, submission_id: str, *entrypoint: str, env_vars: Mapping[str, str] | None = None
+    ) -> str:
         """Run ``entrypoint`` as a Ray job, wait for it, and return its log; a failed job fails
         the test with the end of its log."""
         done = subprocess.run(
-            self.job_command(submission_id, *entrypoint),
+            self.job_command(submission_id, *entrypoint, env_vars=env_vars),
             env=self.cluster.env,
             capture_output=True,
             text=True,
@@ -296,6 +303,42 @@ def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: Two
     assert mlflow.MlflowClient(two_nodes.tracking_uri).get_run(job.info.run_id).info.status == (
         "FINISHED"
     )
+    two_nodes.check_no_local_store()
+
+
+def test_synth_in_a_job_writes_its_default_output_under_xmr_storage(two_nodes: TwoNodes) -> None:
+    """``python -m xmr.synth`` without ``--out`` runs in Ray's copy of ``--working-dir``: with
+    no XMR_STORAGE it refuses, naming the flag, before it writes anything; with XMR_STORAGE in
+    the job's runtime env, as ``xmr job-env`` prints it from the submitting shell, it writes
+    under it, its MLflow run named after the folder."""
+    synth = ["-m", "xmr.synth", "--data", str(two_nodes.world), "--limit", "4", "--caption",
+             "prompt", "--fill", "ns", "--batch-size", "4"]  # fmt: skip
+    refused = subprocess.run(
+        two_nodes.job_command("synth-no-storage", *synth),
+        env=two_nodes.cluster.env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    log = refused.stdout + refused.stderr
+    assert refused.returncode != 0, log[-4000:]
+    # One error line; ray job submit repeats the end of a failed job's log.
+    (line,) = {line.strip() for line in log.splitlines() if line.strip().startswith("error: ")}
+    assert line.startswith("error: --out ") and "_ray_pkg_" in line and "XMR_STORAGE" in line
+    assert "xmr-synth" not in {p.name for p in Path(two_nodes.cluster.head_dir).rglob("xmr-*")}
+
+    storage = two_nodes.out / "storage"
+    shell = {**two_nodes.cluster.env, "XMR_STORAGE": str(storage),
+             "MLFLOW_TRACKING_URI": two_nodes.tracking_uri}  # fmt: skip
+    printed = subprocess.run(
+        [sys.executable, "-m", "xmr.cli", "job-env"],
+        env=shell, capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    env_vars = json.loads(printed.stdout)["env_vars"]
+    assert env_vars["XMR_STORAGE"] == str(storage) and "RAY_AUTH_TOKEN" not in env_vars
+    two_nodes.submit("synth-storage", *synth, env_vars=env_vars)
+    out = storage / "xmr-synth" / "toyworld-train"
+    assert read_manifest(out)["planned"] > 0
+    runs = _runs(two_nodes.tracking_uri, "xmr/synth/toyworld")
+    (run,) = [r for r in runs if r.data.params.get("synth.out") == str(out)]
+    assert run.info.run_name == "toyworld-train" and run.info.status == "FINISHED"
     two_nodes.check_no_local_store()
 
 

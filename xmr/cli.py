@@ -46,7 +46,7 @@ app.add_typer(data_app, name="data")
 class ToyWorldOptions:
     """``xmr data toyworld``'s options."""
 
-    out: Path = option(help="Output folder (COCO layout).")
+    out: Path = option(help="Output folder (COCO layout).", output=True)
     config: str | None = option(
         None, "World YAML, or a packaged world: binding (attribute bias + binding test)."
     )
@@ -218,7 +218,7 @@ class CompareOptions:
     metrics: str | None = option(
         None, "Comma-separated metric names (default: the sweep's, or test/...@10)."
     )
-    csv: Path | None = option(None, "Also write the table as CSV here.")
+    csv: Path | None = option(None, "Also write the table as CSV here.", output=True)
     bootstrap: int = option(1000, "Two runs: bootstrap resamples of the paired queries.", ge=1)
     confidence: float = option(0.95, "Two runs: coverage of the intervals.", gt=0, lt=1)
     seed: int = option(0, "Two runs: the bootstrap's seed.", ge=0)
@@ -283,7 +283,7 @@ class DemoOptions:
 
     seed: int = option(0, "Seed of the world, D′ and training.", ge=0)
     epochs: int | None = option(None, "Training epochs per run (default: 3).", ge=1)
-    workdir: Path = option(Path("xmr-demo"), "Where D′ and the runs go.")
+    workdir: StoragePath = option(None, "Where D′ and the runs go.", default_folder="xmr-demo")
     data: StoragePath | None = option(
         None, "A ToyWorld folder, a path or s3://…; default: the embedded one."
     )
@@ -326,6 +326,18 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
 
 
 app.command("demo")(command(demo_command, DemoOptions, ClusterOptions))
+
+
+@app.command("job-env")
+def job_env() -> None:
+    """Print the variables xmr reads, from this shell, as a Ray runtime environment: NLTK_DATA,
+    MLFLOW_TRACKING_URI, XMR_* and the AWS settings that are not secret (relative paths made
+    absolute). A job sees the environment of `ray start`, not the submitting shell's:
+    `ray job submit --runtime-env-json "$(xmr job-env)" --working-dir . -- ...`
+    """
+    from xmr.job_env import runtime_env_json
+
+    typer.echo(runtime_env_json())
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -16,11 +16,10 @@ finished steps and resumes an interrupted one.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.console import Console
 
 from xmr.data.default_world import default_toyworld
+from xmr.data.registry import check_data_folder
 from xmr.jobs.odmap import ODmAPJobOptions, odmap_report, odmap_steps
 from xmr.jobs.options import job_params
 from xmr.jobs.steps import Job, JobResult, run_job
@@ -30,7 +29,7 @@ DEMO_EPOCHS = 3  # bench/RESULTS.md: the D′ effect is clear after 3 epochs
 
 
 def demo_job(
-    workdir: Path,
+    workdir: StoragePath,
     *,
     seed: int = 0,
     epochs: int = DEMO_EPOCHS,
@@ -40,6 +39,7 @@ def demo_job(
 ) -> Job:
     """The demo's job in ``workdir``, on ``data`` (another ToyWorld folder, from ``xmr data
     toyworld``, a path or ``s3://…``) or the default ToyWorld."""
+    check_data_folder("toyworld", data)
     world = data or default_toyworld(seed, progress=progress)
     options = ODmAPJobOptions(data=world, epochs=epochs, seed=seed, cpus_per_worker=cpus_per_worker)
     steps = odmap_steps(options, workdir, {"xmr.demo": f"seed{seed}"})
@@ -47,7 +47,7 @@ def demo_job(
 
 
 def run_demo(
-    workdir: Path,
+    workdir: StoragePath,
     *,
     seed: int = 0,
     epochs: int = DEMO_EPOCHS,

@@ -11,7 +11,10 @@ A field declared with :func:`option` is a flag: ``--`` and its name with ``-`` f
 function's signature), so a command's flags, defaults and help are not typed a second time.
 :func:`check_options` refuses values outside the bounds with the flag named, and
 :func:`resolve_paths` makes every path absolute, in the driver: Ray workers run in other
-folders. Only typer and yaml are imported here (``xmr --help`` stays fast).
+folders. :func:`command` also refuses, before the command runs, an output (a flag declared
+``output``, a default output folder, the tracking store) inside a Ray job's copy of
+``--working-dir`` (:func:`check_outputs`). Only typer and yaml are imported here (``xmr --help``
+stays fast).
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True)
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -41,7 +45,15 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from xmr.storage import ObjectPath, is_uri, storage_path
+from xmr.storage import (
+    STORAGE_ENV,
+    ObjectPath,
+    check_outside_ray_package,
+    default_output,
+    is_uri,
+    storage_path,
+)
+from xmr.tracking import check_tracking_store
 
 OPTION = "xmr.option"
 """The key of a field's :class:`OptionSpec` in its dataclass metadata."""
@@ -57,6 +69,11 @@ class OptionSpec:
         ge, gt, le, lt: bounds on the value (None: unbounded); unset (None) values pass.
         cli_type: the type the flag parses to when it is not the field's (``"all"`` or N).
         positional: a command-line argument (``xmr compare RUN_A RUN_B``), not a flag.
+        output: the flag names where the command writes: a path, or (a ``str`` field) the
+            tracking store's URI; :func:`check_outputs` refuses one in Ray's working-dir copy.
+        default_folder: an output folder's default when the flag is not given (the field's
+            default is None): this folder under ``$XMR_STORAGE`` when that is set, else in
+            the working directory (:func:`~xmr.storage.default_output`).
     """
 
     help: str
@@ -67,6 +84,8 @@ class OptionSpec:
     lt: float | None = None
     cli_type: Any = None
     positional: bool = False
+    output: bool = False
+    default_folder: str | None = None
 
 
 def option(
@@ -80,10 +99,17 @@ def option(
     lt: float | None = None,
     cli_type: Any = None,
     positional: bool = False,
+    output: bool = False,
+    default_folder: str | None = None,
 ) -> Any:
     """A dataclass field that is a command-line option (no ``default``: a required one);
-    ``positional``: an argument rather than a flag."""
-    spec = OptionSpec(help, flag, ge, gt, le, lt, cli_type, positional)
+    ``positional``: an argument rather than a flag; ``output``: where the command writes;
+    ``default_folder``: an output folder's default (``default`` must then be None; see
+    :class:`OptionSpec`)."""
+    if default_folder is not None and default is not None:
+        raise ValueError(f"an option with default_folder {default_folder!r} defaults to None")
+    output = output or default_folder is not None
+    spec = OptionSpec(help, flag, ge, gt, le, lt, cli_type, positional, output, default_folder)
     return field(default=default, metadata={OPTION: spec})
 
 
@@ -94,7 +120,9 @@ def address_option() -> Any:
 
 def tracking_uri_option() -> Any:
     """``--tracking-uri``: the MLflow store to log to."""
-    return option(None, "MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db).")
+    return option(
+        None, "MLflow store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db).", output=True
+    )
 
 
 def run_name_option() -> Any:
@@ -198,13 +226,21 @@ def _field_name(cls: type, name: str) -> str:
     return flag(item) if OPTION in item.metadata else name
 
 
+def _default_folder(cls: type, name: str) -> str | None:
+    """The default output folder of field ``name`` (:attr:`OptionSpec.default_folder`)."""
+    item = next(f for f in fields(cls) if f.name == name)
+    spec = item.metadata.get(OPTION)
+    return spec.default_folder if spec is not None else None
+
+
 def resolve_paths(values: Any) -> None:
     """Make every path field of the (frozen) dataclass ``values`` absolute, in place.
 
     Relative paths mean the working directory of the process that parsed them (the driver);
-    Ray workers run elsewhere. Strings (from YAML) become paths; None stays None. A
-    :data:`~xmr.storage.StoragePath` field takes an object store's URI too (an
-    :class:`~xmr.storage.ObjectPath`); any other path field refuses one.
+    Ray workers run elsewhere. Strings (from YAML) become paths; None stays None, but for an
+    output folder's flag, which becomes its default folder (:attr:`OptionSpec.default_folder`,
+    under ``$XMR_STORAGE`` when set). A :data:`~xmr.storage.StoragePath` field takes an object
+    store's URI too (an :class:`~xmr.storage.ObjectPath`); any other path field refuses one.
 
     Raises:
         ValueError: a URI where only a local path is read, with the flag (or field) named.
@@ -214,7 +250,10 @@ def resolve_paths(values: Any) -> None:
     for name in path_fields(cls):
         value = getattr(values, name)
         if value is None:
-            continue
+            folder = _default_folder(cls, name)
+            if folder is None:
+                continue
+            value = default_output(folder)
         if name in remote:
             object.__setattr__(values, name, storage_path(value))
         elif is_uri(value):
@@ -224,6 +263,56 @@ def resolve_paths(values: Any) -> None:
             )
         else:
             object.__setattr__(values, name, Path(value).expanduser().resolve())
+
+
+def check_outputs(values: Any, *, tracking: bool = True) -> None:
+    """Refuse, naming the flag, an output of the options dataclass ``values`` (its fields
+    declared ``output``: paths, and the tracking store) that lies inside a Ray job's copy of
+    ``--working-dir`` (:func:`~xmr.storage.check_outside_ray_package`): ``ray job submit
+    --working-dir .`` runs the command there, so a relative path or a default output folder
+    would be lost with the next submission. :func:`command` calls it for every command; it
+    reads no file and needs no cluster. ``tracking`` False: the tracking store passes (the
+    command logs nothing to MLflow).
+
+    Raises:
+        ValueError: one line naming the flag and saying to give a shared path or set
+            XMR_STORAGE.
+    """
+    cls = type(values)
+    paths = set(path_fields(cls))
+    for item in option_fields(cls):
+        spec: OptionSpec = item.metadata[OPTION]
+        if not spec.output:
+            continue
+        value = getattr(values, item.name)
+        if item.name not in paths:
+            if tracking:
+                check_tracking_store(value)
+        elif value is not None:
+            default = spec.default_folder and value == default_output(spec.default_folder)
+            check_outside_ray_package(value, f"the default {flag(item)}" if default else flag(item))
+
+
+NAME = re.compile(r"[A-Za-z0-9._=,-]+")
+"""What a name that becomes a folder may hold (``--name``): one path component."""
+
+
+def check_name(name: str | None, where: str = "--name") -> None:
+    """Refuse a name (``--name``, None: not given) that is not one folder name of letters,
+    digits, ``.``, ``_``, ``-``, ``=`` and ``,``: a ``/`` or ``..`` would put the folder outside
+    ``--storage``.
+
+    >>> check_name("fair_alpha=0.4,seed=1")
+    >>> check_name("../x")
+    Traceback (most recent call last):
+    ValueError: --name '../x' must be one folder name: letters, digits and . _ - = , (not . or ..)
+    """
+    if name is None:
+        return
+    if not NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(
+            f"{where} {name!r} must be one folder name: letters, digits and . _ - = , (not . or ..)"
+        )
 
 
 def load_yaml(text: str, where: str) -> Any:
@@ -312,6 +401,11 @@ def _parameter(item: Field, annotation: Any, *, unset: bool) -> inspect.Paramete
     is_bool = kind is bool or kind == bool | None
     declarations = [f"--{name}/--no-{name}" if is_bool else f"--{name}"]
     text, default = spec.help, item.default
+    if spec.default_folder is not None:
+        text = (
+            f"{text} (default: ./{spec.default_folder}, or ${STORAGE_ENV}/{spec.default_folder} "
+            f"when {STORAGE_ENV} is set)"
+        )
     if unset:  # the flag defaults to None (not given); the help says what that means
         if item.default not in (MISSING, None):
             shown = (f"--{name}" if item.default else f"--no-{name}") if is_bool else item.default
@@ -347,8 +441,9 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
     """A typer command whose flags are the option fields of ``groups``, in order.
 
     ``run`` gets one argument per group: an instance of the dataclass built from its flags
-    (so its ``__post_init__`` checks run before ``run`` does; a :data:`USER_ERRORS` there is a
-    one-line error), or for an :class:`Overrides` group the dict of its flags (None: unset).
+    (so its ``__post_init__`` checks, and :func:`check_outputs`, run before ``run`` does; a
+    :data:`USER_ERRORS` there is a one-line error), or for an :class:`Overrides` group the dict
+    of its flags (None: unset; ``run`` checks what it builds from them).
     The command's help is ``run``'s docstring.
     """
     parameters: list[inspect.Parameter] = []
@@ -371,7 +466,11 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
         with user_errors():
             for group, own in zip(groups, names, strict=True):
                 given = {name: values[parameter] for name, parameter in own.items()}
-                arguments.append(given if isinstance(group, Overrides) else group(**given))
+                if isinstance(group, Overrides):
+                    arguments.append(given)
+                    continue
+                arguments.append(group(**given))
+                check_outputs(arguments[-1])
         run(*arguments)
 
     invoke.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

@@ -225,6 +225,68 @@ def storage_path(value: str | Path | ObjectPath) -> StoragePath:
     return Path(str(path).removeprefix("file:")).expanduser().resolve()
 
 
+STORAGE_ENV = "XMR_STORAGE"
+"""The environment variable naming the root of every command's default output folders: a folder
+every node of a cluster reaches (an absolute path or ``s3://bucket/prefix``)."""
+
+
+def default_output(folder: str | Path) -> StoragePath:
+    """Where a command writes when its output flag is not given: ``folder`` under
+    ``$XMR_STORAGE`` when that is set (``XMR_STORAGE=s3://bucket/xmr``:
+    ``s3://bucket/xmr/xmr-jobs``), else in the working directory; absolute either way."""
+    root = os.environ.get(STORAGE_ENV)
+    return storage_path(root) / folder if root else storage_path(folder)
+
+
+RAY_PACKAGE_PREFIX = "_ray_pkg_"
+RAY_PACKAGE_PARENTS = ("runtime_resources", "working_dir_files")
+"""Where Ray unpacks a job's ``--working-dir`` on each node, the job's working directory:
+``<ray temp>/session_*/runtime_resources/working_dir_files/_ray_pkg_<hash>/`` (Ray 2.60's
+``ray._private.runtime_env.working_dir``)."""
+
+
+def ray_package_copy(path: StoragePath) -> Path | None:
+    """The copy of a Ray job's ``--working-dir`` that the absolute path ``path`` lies in, None
+    when it lies in none (or is in an object store).
+
+    >>> ray_package_copy(Path("/tmp/ray/session_1/runtime_resources/working_dir_files/"
+    ...                       "_ray_pkg_5a1f/xmr-jobs"))
+    PosixPath('/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_5a1f')
+    >>> ray_package_copy(Path("/data/xmr-jobs")) is None
+    True
+    """
+    if isinstance(path, ObjectPath):
+        return None
+    parts = Path(path).parts
+    for index in range(len(RAY_PACKAGE_PARENTS), len(parts)):
+        parents = parts[index - len(RAY_PACKAGE_PARENTS) : index]
+        if parts[index].startswith(RAY_PACKAGE_PREFIX) and parents == RAY_PACKAGE_PARENTS:
+            return Path(*parts[: index + 1])
+    return None
+
+
+def check_outside_ray_package(path: StoragePath, where: str, fix: str | None = None) -> None:
+    """Refuse an output path inside a Ray job's copy of ``--working-dir``: that folder is
+    replaced when the job is submitted again (a resumable output starts over), exists on one
+    node only, and is deleted with Ray's session.
+
+    ``where``: the flag (or variable) the path came from; ``fix``: what to do instead
+    (default: give a shared path or set :data:`STORAGE_ENV`).
+
+    Raises:
+        ValueError: one line naming ``where``.
+    """
+    if ray_package_copy(path) is None:
+        return
+    fix = fix or (
+        f"give a path every node shares (s3://… or a shared filesystem) or set {STORAGE_ENV} to one"
+    )
+    raise ValueError(
+        f"{where} {path} is inside Ray's copy of the job's --working-dir, which the next "
+        f"submission replaces and only this node has: {fix}"
+    )
+
+
 def filesystem_and_path(target: StoragePath) -> tuple[pafs.FileSystem | None, str]:
     """``(filesystem, path)`` for pyarrow and Ray APIs that take both (None for a local path)."""
     if isinstance(target, ObjectPath):

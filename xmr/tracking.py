@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from xmr.storage import StoragePath, is_uri, storage_path
+from xmr.storage import StoragePath, check_outside_ray_package, is_uri, storage_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,6 +74,46 @@ def absolute_sqlite_uri(uri: str) -> str:
     if not path or path.startswith("/") or path == ":memory:":
         return uri
     return f"{prefix}{Path(path).absolute()}{query}"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite tracking URI (absolute, see :func:`absolute_sqlite_uri`);
+    None for a server or an in-memory store.
+
+    >>> sqlite_file("sqlite:////data/mlflow.db?timeout=5")
+    PosixPath('/data/mlflow.db')
+    >>> sqlite_file("http://127.0.0.1:5000") is None
+    True
+    """
+    absolute = absolute_sqlite_uri(uri)
+    if not absolute.startswith("sqlite:////"):
+        return None
+    return Path(absolute.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def check_tracking_store(uri: str | None) -> None:
+    """Refuse a sqlite tracking store inside a Ray job's copy of ``--working-dir`` (given as
+    ``uri``, else by ``MLFLOW_TRACKING_URI``, else the default ``sqlite:///mlflow.db`` in the
+    working directory): the runs would vanish with the next submission.
+
+    Raises:
+        ValueError: one line naming ``--tracking-uri`` or ``MLFLOW_TRACKING_URI``.
+    """
+    database = sqlite_file(resolve_tracking_uri(uri))
+    if database is None:
+        return
+    if uri:
+        where = "--tracking-uri"
+    elif os.environ.get("MLFLOW_TRACKING_URI"):
+        where = "MLFLOW_TRACKING_URI"
+    else:
+        where = "the default --tracking-uri"
+    check_outside_ray_package(
+        database,
+        where,
+        "give --tracking-uri a server (http://…) or a sqlite file on a shared path, or set "
+        "MLFLOW_TRACKING_URI to one",
+    )
 
 
 def experiment_name(command: str, subject: str) -> str:

@@ -12,7 +12,7 @@ from xmr.data.fashiongen import check_fashiongen_root, fashiongen_splits, read_f
 from xmr.data.flickr30k import read_flickr30k
 from xmr.data.records import ImageRecord
 from xmr.data.toyworld_reader import read_toyworld
-from xmr.storage import ObjectPath, as_path
+from xmr.storage import ObjectPath, UnreachableStorage, as_path
 
 _READERS: dict[str, Callable[..., list[ImageRecord]]] = {
     "toyworld": read_toyworld,
@@ -45,6 +45,28 @@ def check_data_root(name: str, root: str | Path | ObjectPath | None) -> None:
     before anything runs; the reader refuses it too."""
     if name == "fashiongen" and root is not None:
         check_fashiongen_root(root)
+
+
+def check_data_folder(name: str, root: str | Path | ObjectPath | None) -> None:
+    """:func:`check_data_root`, and ``root`` is a folder that exists (None, the default
+    dataset, passes): for a command's own ``--data``, checked before it writes anything or
+    starts Ray. A job's steps may read a folder an earlier step writes, and options are built
+    without reaching an object store, so options check :func:`check_data_root` only.
+
+    Raises:
+        FileNotFoundError: ``--data ROOT is not a folder``.
+        ValueError: Fashion-Gen in an object store, or an object store that cannot be
+            reached (naming ``--data``).
+    """
+    check_data_root(name, root)
+    if root is None:
+        return
+    try:
+        found = as_path(root).is_dir()
+    except UnreachableStorage as exc:
+        raise ValueError(f"--data {exc}") from None
+    if not found:
+        raise FileNotFoundError(f"--data {root} is not a folder")
 
 
 def dataset_splits(name: str, root: str | Path | ObjectPath) -> list[str]:

@@ -136,7 +136,7 @@ class BenchmarkOptions:
 class EvalOutputOptions:
     """Where ``xmr eval`` reports besides the console: a JSON file and the MLflow run's name."""
 
-    output: Path | None = option(None, "Also write the metrics JSON here.")
+    output: Path | None = option(None, "Also write the metrics JSON here.", output=True)
     run_name: str | None = run_name_option()
 
     def __post_init__(self) -> None:

@@ -3,7 +3,8 @@
 :func:`job_app` turns a job's options dataclass and its builder into a typer app with the
 job's flags, :class:`~xmr.jobs.options.JobOptions` (``--storage``, ``--name``,
 ``--dry-run``) and :class:`~xmr.options.ClusterOptions` (``--address``, ``--tracking-uri``).
-Every option is checked, and every step's, before the first step runs.
+Every option is checked, and every step's, and ``--data`` is there, before the plan is printed
+(``--dry-run`` too) and anything is written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from xmr.data.registry import check_data_folder
 from xmr.jobs.options import JobOptions
 from xmr.jobs.steps import Job, print_plan
 from xmr.options import ClusterOptions, command, user_errors
@@ -23,7 +25,8 @@ from xmr.storage import check_bucket
 
 def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -> typer.Typer:
     """The app of a job: ``build(options, job_options)`` makes the :class:`Job` to run;
-    ``help``'s first paragraph is the command's help."""
+    ``help``'s first paragraph is the command's help. ``options`` has the job's ``dataset``
+    and ``data`` (None: a world the job generates)."""
 
     def run(values: Any, job_options: JobOptions, cluster: ClusterOptions) -> None:
         from xmr.jobs.steps import run_job
@@ -31,6 +34,7 @@ def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -
 
         console = Console()
         with user_errors():
+            check_data_folder(values.dataset, values.data)
             job = build(values, job_options)
             check_bucket(job.folder, "--storage")
             print_plan(job, console, commands=job_options.dry_run)

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr.options import check_options, option, resolve_paths
+from xmr.options import check_name, check_options, option, resolve_paths
 from xmr.storage import StoragePath
 
 DEFAULT_STORAGE = Path("xmr-jobs")
-"""Where jobs' folders go (in the working directory) when ``--storage`` is not given."""
+"""Where jobs' folders go when ``--storage`` is not given (under ``$XMR_STORAGE`` when set, else
+in the working directory)."""
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,11 @@ class JobOptions:
     """Where a job's folder goes and whether it only prints its plan."""
 
     storage: StoragePath = option(
-        DEFAULT_STORAGE,
+        None,
         "Where the job's folder goes. On a cluster: where every node reaches it, an object "
         "store (s3://bucket/folder) or a shared filesystem mounted at the same path on every "
         "node.",
+        default_folder=str(DEFAULT_STORAGE),
     )
     name: str | None = option(
         None,
@@ -41,6 +43,7 @@ class JobOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
+        check_name(self.name)
         resolve_paths(self)
 
     def named(self, kind: str, dataset: str, params: Mapping[str, str]) -> tuple[str, StoragePath]:

@@ -87,6 +87,7 @@ class LLMSpec:
         "Folder of the LLM response cache, shared by all workers: a local or shared path, or "
         "s3://bucket/folder (xmr synth: default <out>/llm_cache, in the object store too).",
         flag="llm-cache",
+        output=True,
     )
     device: str = option("auto", "Device of --llm hf: auto, cpu, cuda, cuda:N.", flag="llm-device")
     batch_size: int = option(

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import ray
 import ray._private.ray_constants
 import ray.data
+from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
+from xmr.job_env import forwarded_env
 from xmr.logs import MessageFilter, quiet_console
 from xmr.pipeline.stage import Batch, Stage
 
@@ -28,8 +32,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     progress and epoch lines), and every worker runs :func:`quiet_worker` first, so that the
     libraries' INFO records stay in their log files (:mod:`xmr.logs`).
 
-    A local Ray's workers get ``NLTK_DATA`` with absolute folders
-    (:func:`absolute_data_paths`: ``NLTK_DATA=../nltk_data xmr train`` finds the tagger in the
+    The workers get the variables xmr reads, as this process has them (:func:`worker_env_vars`;
+    ``NLTK_DATA=../nltk_data xmr train`` finds the tagger in the
     workers too). A local Ray listens on loopback only (see :func:`_single_node_addresses`); token
     authentication stays as Ray sets it (on). Its dashboard runs on a free loopback port
     because Ray Train's placement-group cleaner asks the dashboard's state API whether the
@@ -47,7 +51,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     _ray_data_console_level(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, runtime_env={"worker_process_setup_hook": quiet_worker})
+        ray.init(address=address, runtime_env=worker_runtime_env())
         return
     dashboard_port = _free_loopback_port()
     with _single_node_addresses():
@@ -56,27 +60,41 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             include_dashboard=True,
             dashboard_host=_LOOPBACK,
             dashboard_port=dashboard_port,
-            runtime_env={
-                "worker_process_setup_hook": quiet_worker,
-                "env_vars": {
+            runtime_env=worker_runtime_env(
+                {
                     "RAY_API_SERVER_ADDRESS": f"http://{_LOOPBACK}:{dashboard_port}",
                     # One machine is never preempted node by node: Ray Train's watcher for
                     # that would only log an error per training about its actor's arguments.
                     "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-                    **absolute_data_paths(),
-                },
-            },
+                }
+            ),
         )
 
 
-def absolute_data_paths() -> dict[str, str]:
-    """``NLTK_DATA`` as the workers of a local Ray need it: each of its folders made absolute
-    here, since the workers run in other folders (``{}`` when it is unset)."""
-    value = os.environ.get("NLTK_DATA")
-    if not value:
-        return {}
-    folders = [os.path.abspath(folder) for folder in value.split(os.pathsep) if folder]
-    return {"NLTK_DATA": os.pathsep.join(folders)}
+def worker_env_vars() -> dict[str, str]:
+    """The variables xmr reads (:func:`~xmr.job_env.forwarded_env`: ``NLTK_DATA``,
+    ``MLFLOW_TRACKING_URI``, ``XMR_*``, the AWS settings that are not secret), as this
+    process has them, relative paths made absolute, for the workers it starts: a worker sees
+    the environment of the ``ray start`` of its node, not the driver's.
+
+    In the driver of a Ray job, less those the job's own runtime environment sets (``ray job
+    submit --runtime-env-json``): they reach the workers already, and Ray refuses a
+    ``ray.init`` that sets one of them again.
+    """
+    forwarded = forwarded_env()
+    job = json.loads(os.environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}")
+    given = (job.get("runtime_env") or {}).get("env_vars") or {}
+    return {name: value for name, value in forwarded.items() if name not in given}
+
+
+def worker_runtime_env(extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """The runtime environment this driver gives its workers: :func:`quiet_worker` as their
+    setup hook, and :func:`worker_env_vars` with ``extra``."""
+    runtime: dict[str, Any] = {"worker_process_setup_hook": quiet_worker}
+    env_vars = {**worker_env_vars(), **(extra or {})}
+    if env_vars:
+        runtime["env_vars"] = env_vars
+    return runtime
 
 
 def quiet_worker() -> None:

@@ -38,6 +38,7 @@ from xmr.data import DataError, DataIssue, read_dataset
 from xmr.data.coco import load_json
 from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
+from xmr.data.registry import check_data_folder
 from xmr.data.synthetic import MANIFEST, ROW_SCHEMA
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch
@@ -90,8 +91,7 @@ class SynthResult:
 def data_root(config: SynthConfig, progress: bool) -> StoragePath:
     """The dataset folder: ``--data``, or the embedded ToyWorld generated into the cache."""
     if config.data is not None:
-        if not config.data.is_dir():
-            raise FileNotFoundError(f"--data {config.data} is not a folder")
+        check_data_folder(config.dataset, config.data)
         return config.data
     if config.dataset != "toyworld":
         raise ValueError(f"--dataset {config.dataset} needs --data (the dataset's folder)")

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from xmr.llm import LLMSpec
-from xmr.options import Overrides, command, option, resolve_paths, user_errors
+from xmr.options import Overrides, check_outputs, command, option, resolve_paths, user_errors
 from xmr.progress import summary_line
 from xmr.synth.config import SynthConfig, SynthRuntime
 
@@ -48,6 +48,9 @@ def run_synth(
     with user_errors():
         synth_config, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
         llm = load_llm_spec(file.config, llm_flags)
+        # The flags' groups are dicts, so command() checked no instance of them.
+        check_outputs(runtime, tracking=runtime.log_mlflow)
+        check_outputs(llm)
         if synth_config.mode == "biaug":
             from xmr.synth.biaug_build import synthesize_biaug
 

@@ -27,13 +27,12 @@ from xmr.options import (
     option,
     parameter_names,
     resolve_paths,
-    run_name_option,
     tracking_uri_option,
 )
 from xmr.pretrained import local_model_dir
 from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
-from xmr.storage import StoragePath
+from xmr.storage import STORAGE_ENV, StoragePath, default_output
 from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 
 MODES = ("removal", "biaug")
@@ -50,7 +49,8 @@ BIAUG_ONLY = (
 )  # fmt: skip
 """Fields that the removal mode ignores (left out of its config hash, which they predate)."""
 DEFAULT_OUT = Path("xmr-synth")
-"""Where builds go by default (``<dataset>-<split>`` inside, in the working directory)."""
+"""Where builds go by default: ``<dataset>-<split>`` inside, under ``$XMR_STORAGE`` when set,
+else in the working directory."""
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,9 @@ class SynthRuntime:
     out: StoragePath | None = option(
         None,
         "Output folder: a local or shared path, or s3://bucket/folder "
-        f"(default {DEFAULT_OUT}/<dataset>-<split>).",
+        f"(default ./{DEFAULT_OUT}/<dataset>-<split>, or ${STORAGE_ENV}/{DEFAULT_OUT}/... when "
+        f"{STORAGE_ENV} is set).",
+        output=True,
     )
     address: str | None = address_option()
     num_cpus: int | None = option(None, "CPUs for a local Ray.", ge=1)
@@ -245,7 +247,7 @@ class SynthRuntime:
     )
     progress: bool = option(True, "Progress bars.")
     tracking_uri: str | None = tracking_uri_option()
-    run_name: str | None = run_name_option()
+    run_name: str | None = option(None, "MLflow run name (default: the --out folder's name).")
     log_mlflow: bool = option(True, "Log the build to MLflow.", flag="mlflow")
 
     def __post_init__(self) -> None:
@@ -299,7 +301,11 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
     config = SynthConfig(**{k: v for k, v in values.items() if k in config_names})
     runtime = SynthRuntime(**{k: v for k, v in values.items() if k in runtime_names})
     if runtime.out is None:
-        runtime = replace(runtime, out=DEFAULT_OUT / f"{config.dataset}-{config.split}")
+        runtime = replace(
+            runtime, out=default_output(DEFAULT_OUT / f"{config.dataset}-{config.split}")
+        )
+    if runtime.run_name is None:
+        runtime = replace(runtime, run_name=runtime.out.name)
     return config, runtime
 
 

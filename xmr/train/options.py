@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xmr.data.registry import DATASETS
-from xmr.options import check_options, option, resolve_paths
+from xmr.options import check_name, check_options, option, resolve_paths
 from xmr.storage import StoragePath
 
 if TYPE_CHECKING:
     from xmr.train.config import TrainConfig
 
 DEFAULT_STORAGE = Path("xmr-runs")
-"""Where runs and their checkpoints go (in the working directory)."""
+"""Where runs and their checkpoints go (under ``$XMR_STORAGE`` when set, else in the working
+directory)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ class TrainOptions:
     )
     name: str | None = option(None, "Run name (default: family-arch-dataset-<config hash>).")
     storage: StoragePath = option(
-        DEFAULT_STORAGE, "Folder of runs and checkpoints: a path, or s3://… on a cluster."
+        None,
+        "Folder of runs and checkpoints: a path, or s3://… on a cluster.",
+        default_folder=str(DEFAULT_STORAGE),
     )
     seed: int | None = option(
         None, "Seed of init, shuffling and sampling (default: 0; excludes --seeds).", ge=0
@@ -101,6 +104,7 @@ class TrainOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
+        check_name(self.name)
         resolve_paths(self)
 
     def config(self) -> TrainConfig:

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr.options import check_options, load_yaml, option, resolve_paths
+from xmr.options import check_name, check_options, load_yaml, option, resolve_paths
 from xmr.storage import StoragePath
 from xmr.tune.space import SearchSpace, load_space, shipped_spaces
 
 DEFAULT_STORAGE = Path("xmr-tune")
-"""Where sweeps go (in the working directory)."""
+"""Where sweeps go (under ``$XMR_STORAGE`` when set, else in the working directory)."""
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,13 @@ class TuneOptions:
     name: str | None = option(
         None, "Sweep name; rerunning a name resumes it (default: space-<hash>)."
     )
-    storage: StoragePath = option(DEFAULT_STORAGE, "Folder of sweeps: a path, or s3://….")
+    storage: StoragePath = option(
+        None, "Folder of sweeps: a path, or s3://….", default_folder=str(DEFAULT_STORAGE)
+    )
 
     def __post_init__(self) -> None:
         check_options(self)
+        check_name(self.name)
         resolve_paths(self)
 
     def fixed(self) -> dict[str, Any]:
