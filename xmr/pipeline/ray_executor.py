@@ -7,12 +7,14 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import ray
 import ray._private.ray_constants
 import ray.data
 
+from xmr.options import UnavailableError
 from xmr.pipeline.stage import Batch, Stage
 from xmr.progress import stdout_is_terminal
 
@@ -47,11 +49,11 @@ def init_ray(
         _ray_data_console_level(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=log_to_driver)
+        _start_ray(address=address, log_to_driver=log_to_driver)
         return
     dashboard_port = _free_loopback_port()
     with _single_node_addresses():
-        ray.init(
+        _start_ray(
             num_cpus=num_cpus,
             include_dashboard=True,
             dashboard_host=_LOOPBACK,
@@ -64,6 +66,30 @@ def init_ray(
                 }
             },
         )
+
+
+def _start_ray(**settings: Any) -> None:
+    """``ray.init(**settings)``; a failure is one line with the reason and what to try.
+
+    Raises:
+        UnavailableError: Ray did not start or could not be reached.
+    """
+    try:
+        ray.init(**settings)
+    except Exception as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if len(reason) > 300:
+            reason = reason[:300] + "…"
+        address = settings.get("address")
+        if address:
+            raise UnavailableError(
+                f"could not connect to the Ray cluster at {address}: {reason} (is it up? "
+                "`ray status --address ...`; for a local Ray unset RAY_ADDRESS or --address)"
+            ) from exc
+        raise UnavailableError(
+            f"could not start a local Ray: {reason} (the machine may be short of memory, CPU "
+            "or ports: retry when it is quieter, or give --address of a running cluster)"
+        ) from exc
 
 
 def absolute_data_paths() -> dict[str, str]:
