@@ -365,8 +365,10 @@ def cluster_up_command(size: ClusterSizeOptions, where: ClusterFolderOptions) ->
     """
     import time
 
-    from xmr.cluster import cluster_up, default_cpus_per_node
+    from xmr.cluster import check_can_start, cluster_up, default_cpus_per_node
 
+    with user_errors():
+        check_can_start(where.folder)
     cpus = size.cpus_per_node or default_cpus_per_node(size.nodes)
     typer.echo(f"starting {size.nodes} Ray nodes of {cpus} CPUs and an MLflow server ...")
     began = time.monotonic()

@@ -87,8 +87,8 @@ def _start_ray(**settings: Any) -> None:
                 "`ray status --address ...`; for a local Ray unset RAY_ADDRESS or --address)"
             ) from exc
         raise UnavailableError(
-            f"could not start a local Ray: {reason} (the machine may be short of memory, CPU "
-            "or ports: retry when it is quieter, or give --address of a running cluster)"
+            f"could not start a local Ray: {reason} (on a busy machine retry when it is "
+            "quieter; or give --address of a running cluster)"
         ) from exc
 
 
