@@ -15,14 +15,19 @@ import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from xmr.cluster import (
     RAY,
     RayNodes,
     free_port,
     free_worker_ranges,
+    kill_all,
     start_mlflow_server,
     stop_process_tree,
+    stop_processes_naming,
     wait_for_mlflow,
+    with_descendants,
 )
 
 __all__ = ["RayCluster", "free_port", "free_worker_ranges", "running_mlflow_server"]
@@ -37,6 +42,17 @@ class RayCluster(RayNodes):
 
     def __init__(self, env: Mapping[str, str]) -> None:
         super().__init__(env, object_store_bytes=OBJECT_STORE_BYTES)
+
+    def node_processes(self, temp_dir: str) -> list[psutil.Process]:
+        """The processes of the node under ``temp_dir`` now: its own and their descendants
+        (agents, workers, whose titles say what they run: ``ray::IDLE``, ``ray::MapBatches…``)."""
+        return with_descendants(self.roots.get(temp_dir, []))
+
+    def kill_node(self, temp_dir: str) -> None:
+        """SIGKILL every process of the node under ``temp_dir`` at once: the node dies as a
+        machine that loses power does, without telling the head."""
+        kill_all(self.roots.get(temp_dir, []))
+        stop_processes_naming(temp_dir)  # anything started after the node came up
 
     def ray(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run ``ray ARGS`` against this cluster's environment (its token)."""
@@ -78,8 +94,6 @@ def running_mlflow_server(root: Path) -> Iterator[str]:
     """A real ``mlflow server`` on 127.0.0.1 (sqlite store and proxied artifacts in ``root``,
     one worker, no job runner; :func:`xmr.cluster.start_mlflow_server`); yields its URI and
     stops it."""
-    import psutil
-
     port = free_port()
     server = start_mlflow_server(root, port)
     uri = f"http://127.0.0.1:{port}"

@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -28,11 +30,13 @@ from xmr.cluster import (
     STATE_FILE,
     WORKER_PORT_SPAN,
     ClusterState,
+    RayNodes,
     check_can_start,
     free_worker_ranges,
     processes_naming,
     stop_cluster,
 )
+from xmr.options import UnavailableError
 
 # What the cluster sets itself; a value from the shell running the tests must not leak in.
 CLUSTER_VARIABLES = (
@@ -121,6 +125,8 @@ def test_up_runs_a_job_on_both_nodes_and_down_leaves_nothing(tmp_path: Path) -> 
         client_env = {**env, **_exports(shown.stdout)}
         assert client_env["RAY_ADDRESS"] == state.dashboard
         assert Path(client_env["RAY_AUTH_TOKEN_PATH"]).stat().st_mode & 0o077 == 0
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # token authentication is on
+            urllib.request.urlopen(f"{state.dashboard}/api/jobs/", timeout=30)
 
         job = tmp_path / "job"
         job.mkdir()
@@ -313,3 +319,20 @@ def test_a_failed_local_ray_start_is_one_line(tmp_path: Path) -> None:
     assert line.startswith("ERROR could not start a local Ray: ")
     assert "AF_UNIX path length" in line and "retry" in line
     assert processes_naming(str(long_dir)) == []
+
+
+@pytest.mark.slow
+def test_a_failed_node_start_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """``ray start`` refusing (here: a negative CPU count) is one line with Ray's reason and
+    where its whole output is, and the cluster's temp dir holds no process after."""
+    nodes = RayNodes({**_clean_env(), "RAY_AUTH_MODE": "token"}, log_dir=tmp_path)
+    try:
+        with pytest.raises(UnavailableError) as raised:
+            nodes.start_head(num_cpus=-1, worker_ports=free_worker_ranges(1)[0])
+    finally:
+        nodes.stop()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("`ray start` of a node failed: ValueError: Resource quantities")
+    assert message.endswith(f"all it said: {tmp_path / 'ray-start-h.log'})")
+    assert processes_naming(nodes.temp_root) == []

@@ -370,7 +370,7 @@ def cluster_up_command(size: ClusterSizeOptions, where: ClusterFolderOptions) ->
     with user_errors():
         check_can_start(where.folder)
     cpus = size.cpus_per_node or default_cpus_per_node(size.nodes)
-    typer.echo(f"starting {size.nodes} Ray nodes of {cpus} CPUs and an MLflow server ...")
+    typer.echo(f"starting {size.nodes} Ray nodes ({cpus} CPU each) and an MLflow server ...")
     began = time.monotonic()
     with user_errors():
         state = cluster_up(where.folder, size.nodes, cpus)

@@ -176,20 +176,27 @@ class RayNodes:
     free port. ``env`` is what every ``ray`` command runs with: set ``RAY_AUTH_MODE`` there, as
     Ray otherwise turns token authentication on by itself when ``~/.ray/auth_token`` exists.
     ``object_store_bytes``: each node's object store (None: Ray's default, 30 % of memory).
+    ``log_dir``: where each node's ``ray start`` output goes (``ray-start-<node>.log``;
+    default: the temp dir, which :meth:`stop` removes).
     """
 
-    def __init__(self, env: Mapping[str, str], object_store_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        object_store_bytes: int | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
         self.env = dict(env)
         self.object_store_bytes = object_store_bytes
         self.temp_root = tempfile.mkdtemp(prefix="xr", dir="/tmp")
+        self.log_dir = log_dir or Path(self.temp_root)
         self.dashboard = ""  # http://127.0.0.1:PORT once the head runs
         self.gcs_address = ""  # HOST:PORT that nodes join
         self.head_dir = ""
         self.node_dirs: list[str] = []  # the worker nodes' temp dirs, alive or killed
-        self.ports: list[int] = []  # the fixed ports the nodes were given (not the workers')
         # Each node's own processes (raylet, log monitor, ...) by temp dir, found once at start:
         # its agents and workers are their children.
-        self._roots: dict[str, list[psutil.Process]] = {}
+        self.roots: dict[str, list[psutil.Process]] = {}
 
     def _start(self, args: Sequence[str], temp_dir: str, worker_ports: tuple[int, int]) -> str:
         low, high = worker_ports
@@ -202,14 +209,14 @@ class RayNodes:
         if self.object_store_bytes is not None:
             command += ["--object-store-memory", str(self.object_store_bytes)]
         os.makedirs(temp_dir, exist_ok=True)
-        self.ports.append(agent_port)
         started = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=180)
-        (Path(temp_dir) / "ray-start.log").write_text(started.stdout + started.stderr)
-        self._roots[temp_dir] = processes_naming(temp_dir)
+        log = self.log_dir / f"ray-start-{os.path.basename(temp_dir)}.log"
+        log.write_text(started.stdout + started.stderr)
+        self.roots[temp_dir] = processes_naming(temp_dir)
         if started.returncode != 0:
             raise UnavailableError(
-                f"`ray start` of a node failed: {_last_line(started.stderr)} (the machine may be "
-                "short of memory or ports: retry, or use fewer --nodes)"
+                f"`ray start` of a node failed: {_last_line(started.stderr)} (on a busy machine "
+                f"retry when it is quieter, or start fewer nodes; all it said: {log})"
             )
         return started.stdout
 
@@ -217,7 +224,6 @@ class RayNodes:
         """Start the head node (no jobs run before it does)."""
         self.head_dir = os.path.join(self.temp_root, "h")
         gcs, dashboard, client = free_port(), free_port(), free_port()
-        self.ports += [gcs, dashboard, client]
         head = [
             "--head", "--num-cpus", str(num_cpus), "--port", str(gcs),
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
@@ -237,21 +243,10 @@ class RayNodes:
         )
         return temp_dir
 
-    def node_processes(self, temp_dir: str) -> list[psutil.Process]:
-        """The processes of the node under ``temp_dir`` now: its own and their descendants
-        (agents, workers, whose titles say what they run: ``ray::IDLE``, ``ray::MapBatches…``)."""
-        return with_descendants(self._roots.get(temp_dir, []))
-
-    def kill_node(self, temp_dir: str) -> None:
-        """SIGKILL every process of the node under ``temp_dir`` at once: the node dies as a
-        machine that loses power does, without telling the head."""
-        kill_all(self._roots.get(temp_dir, []))
-        stop_processes_naming(temp_dir)  # anything started after the node came up
-
     def stop(self) -> None:
         """Kill every process of every node, then remove their temp dirs (logs, sockets, the
         jobs' unpacked working dirs)."""
-        kill_all([p for roots in self._roots.values() for p in roots])
+        kill_all([p for roots in self.roots.values() for p in roots])
         stop_processes_naming(self.temp_root)
         shutil.rmtree(self.temp_root, ignore_errors=True)
 
@@ -273,7 +268,7 @@ def start_mlflow_server(root: Path, port: int, *, detach: bool = False) -> subpr
         )  # fmt: skip
 
 
-def wait_for_mlflow(uri: str, server: psutil.Process | subprocess.Popen, log: Path) -> None:
+def wait_for_mlflow(uri: str, server: subprocess.Popen, log: Path) -> None:
     """Wait (up to 2 minutes) until the MLflow server at ``uri`` answers its health check.
 
     Raises:
@@ -287,7 +282,7 @@ def wait_for_mlflow(uri: str, server: psutil.Process | subprocess.Popen, log: Pa
         ):
             if answer.status == 200:
                 return
-        exited = server.poll() is not None if isinstance(server, subprocess.Popen) else False
+        exited = server.poll() is not None
         if exited or time.monotonic() > deadline:
             why = "exited" if exited else "did not answer in 2 minutes"
             raise UnavailableError(
@@ -479,7 +474,7 @@ def cluster_up(folder: Path, nodes: int, cpus_per_node: int) -> ClusterState:
     (folder / "storage").mkdir(exist_ok=True)
     worker_ranges = free_worker_ranges(nodes)
     mlflow_port = free_port()
-    ray_nodes = RayNodes({})
+    ray_nodes = RayNodes({}, log_dir=folder)
     state = ClusterState(
         folder=str(folder),
         temp_dir=ray_nodes.temp_root,
@@ -516,14 +511,13 @@ def cluster_up(folder: Path, nodes: int, cpus_per_node: int) -> ClusterState:
 
 
 def stop_cluster(state: ClusterState) -> int:
-    """Stop every process of the cluster ``state`` records (the MLflow server with SIGTERM
-    first, the Ray nodes with SIGKILL), wait until they are gone, and :func:`forget` it.
+    """Stop every process of the cluster ``state`` records (the Ray nodes with SIGKILL, then
+    the MLflow server with SIGTERM), wait until they are gone, and :func:`forget` it.
     Returns how many processes were stopped."""
     server = state.mlflow_server()
-    stopped = 0
+    stopped = stop_processes_naming(state.temp_dir)  # the jobs first, while MLflow still runs
     if server is not None:
         stopped += len(with_descendants([server]))
         stop_process_tree(server)
-    stopped += stop_processes_naming(state.temp_dir)
     forget(state)
     return stopped
