@@ -3,7 +3,9 @@
 - ``cluster.yaml`` (AWS) and ``cluster.local.yaml`` (on-prem) pass Ray's own cluster-launcher
   schema, which rejects a mistyped key;
 - xmr's conventions hold in them: Ray and MLflow listen on the head's private address, token
-  authentication is on, every node installs xmr at a pinned ref, the node types are consistent;
+  authentication is on, every node installs xmr at a pinned ref (a commit, or the YOUR_COMMIT
+  placeholder the header tells users to fill; a tag only if this repository has it), the node
+  types are consistent;
 - ``cluster.kuberay.yaml`` uses only the RayJob fields of KubeRay's CRD and has the ones it needs;
 - the three files pin the same xmr ref and the same Ray version.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import copy
 import re
 import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +35,12 @@ KUBERAY = "cluster.kuberay.yaml"
 
 PINNED_REF = re.compile(r"v\d+\.\d+\.\d+|[0-9a-f]{40}")
 """A release tag or a full commit id: refs that always name the same code (a branch does not)."""
+
+REF_PLACEHOLDER = "YOUR_COMMIT"
+"""What the files install until the user puts the commit of their own repository there."""
+
+TAG = re.compile(r"\bv\d+\.\d+\.\d+\b|refs/tags/([^/\"\s<>]+?)\.zip")
+"""A release tag named anywhere in a file (``v1.2.3``, a GitHub archive of a tag)."""
 
 RAY_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 """Resource names Ray defines itself; any other name in a node type is a custom resource."""
@@ -181,11 +190,46 @@ def ray_pin(text: str) -> str:
     return found.group(1)
 
 
+def is_pinned(ref: str) -> bool:
+    """Whether ``ref`` always names the same code, or is the placeholder for such a ref."""
+    return ref == REF_PLACEHOLDER or bool(PINNED_REF.fullmatch(ref))
+
+
 @pytest.mark.parametrize("name", LAUNCHER_FILES)
 def test_every_node_installs_xmr_at_a_pinned_ref(name: str) -> None:
     install = only(load(name)["setup_commands"], "xmr @ ")
-    assert PINNED_REF.fullmatch(xmr_ref(install)), xmr_ref(install)
+    assert is_pinned(xmr_ref(install)), xmr_ref(install)
     ray_pin(install)
+
+
+@pytest.mark.parametrize("name", (*LAUNCHER_FILES, KUBERAY))
+def test_the_ref_placeholder_says_how_to_fill_it(name: str) -> None:
+    if REF_PLACEHOLDER in (REPO / name).read_text():
+        assert REF_PLACEHOLDER in comments(name) and "git rev-parse HEAD" in comments(name)
+
+
+def repository_tags() -> set[str]:
+    """The tags of this checkout's repository (skips the test outside a git checkout)."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "tag", "--list"], capture_output=True, text=True, check=False
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    return set(listed.stdout.split())
+
+
+@pytest.mark.parametrize("name", (*LAUNCHER_FILES, KUBERAY))
+def test_no_cluster_file_names_a_tag_the_repository_lacks(name: str) -> None:
+    """A file that installs ``v0.1.0`` while the repository has no such tag fails on every
+    node; a tag named in a comment misleads as much."""
+    named = {found.group(1) or found.group(0) for found in TAG.finditer((REPO / name).read_text())}
+    assert named <= repository_tags(), f"{name} names tags the repository lacks: {named}"
+
+
+def test_tag_pattern_example() -> None:
+    text = 'pip install "xmr @ https://github.com/o/xmr/archive/refs/tags/v0.1.0.zip" # v2.0.1'
+    assert {m.group(1) or m.group(0) for m in TAG.finditer(text)} == {"v0.1.0", "v2.0.1"}
+    assert not list(TAG.finditer('"ray[default]==2.60.0" uv/0.13.9/install.sh'))
 
 
 def test_xmr_ref_example() -> None:
@@ -398,7 +442,7 @@ def test_rayjob_runtime_env_is_valid_and_pinned() -> None:
     RuntimeEnv(**env)  # Ray's own checks (working_dir must be an archive, pip a list...)
     (xmr,) = [requirement for requirement in env["pip"] if requirement.startswith("xmr @ ")]
     refs = {archive_ref(env["working_dir"]), archive_ref(xmr)}
-    assert len(refs) == 1 and PINNED_REF.fullmatch(refs.pop())
+    assert len(refs) == 1 and is_pinned(refs.pop())
     assert env["env_vars"]["MLFLOW_TRACKING_URI"].startswith("http://")
 
 

@@ -44,6 +44,7 @@ LAYERS = (
     "compare",
     "jobs",  # the papers' experiments as resumable step sequences (ray_jobs/ submits them)
     "demo",
+    "cluster",  # xmr/cluster.py: `xmr cluster up/down` (ray start, mlflow server as subprocesses)
     "cli",
 )
 """Packages (and top-level modules) in dependency order, bottom first."""

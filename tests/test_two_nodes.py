@@ -31,17 +31,13 @@ import psutil
 import pytest
 import yaml
 from conftest import NLTK_DATA, REPO
-from ray_cluster import RAY, RayCluster, free_port, running_mlflow_server
+from ray_cluster import RAY, RayCluster, free_port, free_worker_ranges, running_mlflow_server
 
 from xmr.data.synthetic import read_manifest, read_synthetic_errors, synthetic_table
 from xmr.synth.output import read_plan
 
 pytestmark = pytest.mark.slow
 
-# Worker port ranges outside Ray's default (10002-19999, where other local Rays take theirs)
-# and test_synth_jobs' (21000-21999); a worker node started again reuses the dead one's.
-HEAD_WORKER_PORTS = (24000, 24499)
-NODE_WORKER_PORTS = (24500, 24999)
 # What xmr would create in a job's working directory with no tracking URI, and must not.
 LOCAL_STORES = {"mlflow.db", "mlruns", "mlartifacts"}
 
@@ -60,19 +56,22 @@ class TwoNodes:
     head_id: str = ""
     worker_id: str = ""
     worker_killed: bool = False
+    node_ports: tuple[int, int] = (0, 0)  # the second node's worker port range
 
     @property
     def worker_dir(self) -> str:
         return self.cluster.node_dirs[-1]
 
     def start(self) -> None:
-        """Start the head, then the second node."""
-        self.cluster.start_head(num_cpus=1, worker_ports=HEAD_WORKER_PORTS)
+        """Start the head, then the second node, each with a worker port range no other Ray
+        on the machine holds (a worker node started again reuses the dead one's)."""
+        head_ports, self.node_ports = free_worker_ranges(2)
+        self.cluster.start_head(num_cpus=1, worker_ports=head_ports)
         self.add_worker()
 
     def add_worker(self) -> None:
         """Start the second node and learn both nodes' ids from the state API."""
-        self.cluster.add_node(num_cpus=1, worker_ports=NODE_WORKER_PORTS)
+        self.cluster.add_node(num_cpus=1, worker_ports=self.node_ports)
         self.worker_killed = False
         nodes = [n for n in self.cluster.state("nodes") if n["state"] == "ALIVE"]
         self.head_id = next(n["node_id"] for n in nodes if n["is_head_node"])

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,6 +22,7 @@ from xmr.options import (
     ClusterOptions,
     check_options,
     command,
+    fail,
     join_list_values,
     option,
     resolve_paths,
@@ -32,6 +34,9 @@ from xmr.storage import StoragePath
 from xmr.synth.command import synth_command
 from xmr.train.options import SeedOptions, TrainOptions, check_seed_flags
 from xmr.tune.options import TuneOptions
+
+if TYPE_CHECKING:
+    from xmr.cluster import ClusterState
 
 app = typer.Typer(
     help="Measure and remove bias in image-text retrieval models.",
@@ -338,6 +343,132 @@ def job_env() -> None:
     from xmr.job_env import runtime_env_json
 
     typer.echo(runtime_env_json())
+
+
+cluster_app = typer.Typer(
+    help="A Ray cluster of several nodes and an MLflow server on this machine, to try jobs on.",
+    no_args_is_help=True,
+)
+app.add_typer(cluster_app, name="cluster")
+
+
+@dataclass(frozen=True)
+class ClusterFolderOptions:
+    """The folder of an ``xmr cluster``: its state, token, MLflow store and the jobs' storage."""
+
+    folder: Path = option(
+        Path("xmr-cluster"),
+        "The cluster's folder: what `up` started, its token, MLflow's store, the jobs' storage.",
+        flag="dir",
+    )
+
+    def __post_init__(self) -> None:
+        resolve_paths(self)
+
+
+@dataclass(frozen=True)
+class ClusterSizeOptions:
+    """``xmr cluster up``'s size: nodes and CPUs per node."""
+
+    nodes: int = option(2, "Ray nodes (the head is one of them).", ge=1)
+    cpus_per_node: int | None = option(
+        None, "CPUs each node offers Ray (default: this machine's cores / --nodes).", ge=1
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+def cluster_up_command(size: ClusterSizeOptions, where: ClusterFolderOptions) -> None:
+    """Start Ray nodes and an MLflow server on this machine; print how to submit jobs.
+
+    `xmr cluster down` stops exactly what this started. A second `up` in the same --dir is
+    refused while its cluster runs.
+    """
+    import time
+
+    from xmr.cluster import check_can_start, cluster_up, default_cpus_per_node
+
+    with user_errors():
+        check_can_start(where.folder)
+    cpus = size.cpus_per_node or default_cpus_per_node(size.nodes)
+    typer.echo(f"starting {size.nodes} Ray nodes ({cpus} CPU each) and an MLflow server ...")
+    began = time.monotonic()
+    with user_errors():
+        state = cluster_up(where.folder, size.nodes, cpus)
+    typer.echo(
+        f"cluster up in {time.monotonic() - began:.0f} s: Ray dashboard and job API "
+        f"{state.dashboard}, MLflow {state.tracking_uri}"
+    )
+    typer.echo(
+        f"its folder {state.folder}: token {state.token_file}, jobs' XMR_STORAGE "
+        f"{state.storage}; Ray's logs under {state.temp_dir}"
+    )
+    typer.echo('# for this shell (or: eval "$(xmr cluster env)"):')
+    for line in state.env_lines():
+        typer.echo(line)
+    typer.echo("# then, from a checkout of xmr:")
+    typer.echo(state.submit_line())
+    typer.echo("# stop it all: xmr cluster down" + _dir_flag(where))
+
+
+def _dir_flag(where: ClusterFolderOptions) -> str:
+    """`` --dir FOLDER`` when the folder is not the default one."""
+    default = ClusterFolderOptions().folder
+    return "" if where.folder == default else f" --dir {where.folder}"
+
+
+def _running_cluster(where: ClusterFolderOptions) -> ClusterState | None:
+    """The cluster recorded in --dir if it still runs."""
+    from xmr.cluster import ClusterState
+
+    with user_errors():
+        state = ClusterState.read(where.folder)
+    return state if state is not None and state.processes() else None
+
+
+def cluster_env_command(where: ClusterFolderOptions) -> None:
+    """Print `export` lines for this shell: eval "$(xmr cluster env)".
+
+    They point `ray job ...`, `ray list` and MLflow clients at the running cluster.
+    """
+    state = _running_cluster(where)
+    if state is None:
+        raise fail(f"no cluster runs in {where.folder} (`xmr cluster up`)")
+    for line in state.env_lines():
+        typer.echo(line)
+
+
+def cluster_down_command(where: ClusterFolderOptions) -> None:
+    """Stop the cluster `xmr cluster up` started in --dir, and only that.
+
+    Never `ray stop` (which stops every Ray on the machine). Its MLflow store and the jobs'
+    storage stay.
+    """
+    import time
+
+    from xmr.cluster import ClusterState, stop_cluster
+
+    with user_errors():
+        state = ClusterState.read(where.folder)
+    if state is None:
+        typer.echo(f"no cluster runs in {where.folder}: nothing to stop")
+        return
+    began = time.monotonic()
+    stopped = stop_cluster(state)
+    if not stopped:
+        typer.echo(f"the cluster in {where.folder} had already stopped: forgot it")
+        return
+    typer.echo(
+        f"cluster down in {time.monotonic() - began:.0f} s: stopped {len(state.nodes)} Ray "
+        f"nodes and the MLflow server ({stopped} processes); MLflow's store and the jobs' "
+        f"storage stay in {state.folder}"
+    )
+
+
+cluster_app.command("up")(command(cluster_up_command, ClusterSizeOptions, ClusterFolderOptions))
+cluster_app.command("env")(command(cluster_env_command, ClusterFolderOptions))
+cluster_app.command("down")(command(cluster_down_command, ClusterFolderOptions))
 
 
 def main(args: Sequence[str] | None = None) -> None:

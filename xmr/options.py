@@ -366,6 +366,11 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+class UnavailableError(RuntimeError):
+    """Something xmr needs could not be started or reached (a local Ray on a busy machine, a
+    cluster's node): the reason and what to try, in one line."""
+
+
 USER_ERRORS = (
     ValueError,
     FileNotFoundError,
@@ -373,8 +378,10 @@ USER_ERRORS = (
     IsADirectoryError,
     LookupError,
     ImportError,
+    UnavailableError,
 )
-"""What bad input raises (``DataError`` is a ``ValueError``): one line, not a traceback."""
+"""What bad input and an unready machine raise (``DataError`` is a ``ValueError``): one line,
+not a traceback."""
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
 from xmr.job_env import forwarded_env
 from xmr.logs import MessageFilter, quiet_console
+from xmr.options import UnavailableError
 from xmr.pipeline.stage import Batch, Stage
 
 _LOOPBACK = "127.0.0.1"
@@ -51,11 +52,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     _ray_data_console_level(logging.WARNING)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, runtime_env=worker_runtime_env())
+        _start_ray(address=address, runtime_env=worker_runtime_env())
         return
     dashboard_port = _free_loopback_port()
     with _single_node_addresses():
-        ray.init(
+        _start_ray(
             num_cpus=num_cpus,
             include_dashboard=True,
             dashboard_host=_LOOPBACK,
@@ -107,6 +108,30 @@ def quiet_worker() -> None:
     progress = logging.getLogger("ray.data._internal.progress")
     progress.addFilter(MessageFilter("Progress bars disabled"))
     quiet_console()
+
+
+def _start_ray(**settings: Any) -> None:
+    """``ray.init(**settings)``; a failure is one line with the reason and what to try.
+
+    Raises:
+        UnavailableError: Ray did not start or could not be reached.
+    """
+    try:
+        ray.init(**settings)
+    except Exception as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if len(reason) > 300:
+            reason = reason[:300] + "…"
+        address = settings.get("address")
+        if address:
+            raise UnavailableError(
+                f"could not connect to the Ray cluster at {address}: {reason} (is it up? "
+                "`ray status --address ...`; for a local Ray unset RAY_ADDRESS or --address)"
+            ) from exc
+        raise UnavailableError(
+            f"could not start a local Ray: {reason} (on a busy machine retry when it is "
+            "quieter; or give --address of a running cluster)"
+        ) from exc
 
 
 def _ray_data_console_level(level: int) -> None:
