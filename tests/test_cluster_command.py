@@ -41,6 +41,7 @@ from xmr.options import UnavailableError
 # What the cluster sets itself; a value from the shell running the tests must not leak in.
 CLUSTER_VARIABLES = (
     "RAY_ADDRESS",
+    "RAY_API_SERVER_ADDRESS",
     "RAY_AUTH_MODE",
     "RAY_AUTH_TOKEN",
     "RAY_AUTH_TOKEN_PATH",
@@ -123,7 +124,8 @@ def test_up_runs_a_job_on_both_nodes_and_down_leaves_nothing(tmp_path: Path) -> 
         shown = _xmr("cluster", "env", "--dir", str(folder), env=env, cwd=tmp_path)
         assert shown.returncode == 0, shown.stderr
         client_env = {**env, **_exports(shown.stdout)}
-        assert client_env["RAY_ADDRESS"] == state.dashboard
+        assert client_env["RAY_API_SERVER_ADDRESS"] == state.dashboard
+        assert client_env["RAY_ADDRESS"] == state.gcs_address
         assert Path(client_env["RAY_AUTH_TOKEN_PATH"]).stat().st_mode & 0o077 == 0
         with pytest.raises(urllib.error.HTTPError, match="401"):  # token authentication is on
             urllib.request.urlopen(f"{state.dashboard}/api/jobs/", timeout=30)
@@ -261,7 +263,8 @@ def test_printed_lines_set_the_variables_in_a_shell(tmp_path: Path) -> None:
     folder = tmp_path / "a folder's name"
     state = _state(folder, 1, 0.0, tmp_path / "t")
     assert _exports("\n".join(state.env_lines())) == {
-        "RAY_ADDRESS": "http://127.0.0.1:8265",
+        "RAY_ADDRESS": "192.0.2.2:6379",
+        "RAY_API_SERVER_ADDRESS": "http://127.0.0.1:8265",
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(folder / "auth_token"),
         "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",

@@ -375,11 +375,12 @@ class ClusterState:
         return with_descendants(roots)
 
     def env_lines(self) -> list[str]:
-        """``export`` lines that point a shell's ``ray job ...``, ``ray list`` and MLflow
-        clients at this cluster (``RAY_ADDRESS`` is the job API's, which ``ray.init`` and
-        ``ray status`` do not take: unset it for them)."""
+        """``export`` lines that point a shell at this cluster: ``ray job ...`` at its job API
+        (``RAY_API_SERVER_ADDRESS``), ``ray status`` and xmr's commands at its head
+        (``RAY_ADDRESS``), MLflow clients at its server."""
         values = {
-            "RAY_ADDRESS": self.dashboard,
+            "RAY_ADDRESS": self.gcs_address,
+            "RAY_API_SERVER_ADDRESS": self.dashboard,
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": self.token_file,
             "MLFLOW_TRACKING_URI": self.tracking_uri,
