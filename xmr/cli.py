@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
+from xmr.logs import prepare_console
 from xmr.options import (
     ClusterOptions,
     check_options,
@@ -29,7 +30,6 @@ from xmr.options import (
     tracking_uri_option,
     user_errors,
 )
-from xmr.progress import size_for_logs
 from xmr.storage import StoragePath
 from xmr.synth.command import synth_command
 from xmr.train.options import SeedOptions, TrainOptions, check_seed_flags
@@ -474,8 +474,9 @@ cluster_app.command("down")(command(cluster_down_command, ClusterFolderOptions))
 def main(args: Sequence[str] | None = None) -> None:
     """The ``xmr`` command: :data:`app` on ``args`` (default: the command line), with list
     flags' values joined (``--seeds 0 1 2``, :func:`~xmr.options.join_list_values`); in a
-    log, laid out at full width (:func:`~xmr.progress.size_for_logs`)."""
-    size_for_logs()
+    log, laid out at full width, other libraries' INFO off the console
+    (:func:`~xmr.logs.prepare_console`)."""
+    prepare_console()
     app(join_list_values(sys.argv[1:] if args is None else args))
 
 

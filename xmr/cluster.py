@@ -229,10 +229,14 @@ class RayNodes:
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
             "--ray-client-server-port", str(client),
         ]  # fmt: skip
+        self.dashboard = f"http://127.0.0.1:{dashboard}"
+        # Every process of the cluster's nodes reaches the state API there: Ray Train's
+        # placement-group cleaner asks it whether a training's controller still lives, and
+        # without it looks for the Ray of this machine, which holds several (a traceback).
+        self.env["RAY_API_SERVER_ADDRESS"] = self.dashboard
         out = self._start(head, self.head_dir, worker_ports)
         # "ray start --address='192.0.2.2:6380'": what the head tells other nodes to run
         self.gcs_address = re.search(r"ray start --address='([^']+)'", out).group(1)
-        self.dashboard = f"http://127.0.0.1:{dashboard}"
 
     def add_node(self, num_cpus: int, worker_ports: tuple[int, int]) -> str:
         """Start a worker node joined to the head; returns its temp dir."""

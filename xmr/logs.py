@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from xmr.progress import size_for_logs
+
 QUIET_ENV = {
     # MLflow prints "View run <name> at: <url>" when a run ends on a server; xmr names each
     # run once, in the line that closes its step.
@@ -95,3 +97,10 @@ def without_message(prefix: str, logger: str = "") -> Iterator[None]:
         yield
     finally:
         target.removeFilter(dropped)
+
+
+def prepare_console() -> None:
+    """What a command line sets up first, before any library logs or prints: the layout for
+    a log (:func:`~xmr.progress.size_for_logs`) and :func:`quiet_console`."""
+    size_for_logs()
+    quiet_console()

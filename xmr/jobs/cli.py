@@ -18,8 +18,8 @@ from rich.console import Console
 from xmr.data.registry import check_data_folder
 from xmr.jobs.options import JobOptions
 from xmr.jobs.steps import Job, print_plan
+from xmr.logs import prepare_console
 from xmr.options import ClusterOptions, command, user_errors
-from xmr.progress import size_for_logs
 from xmr.storage import check_bucket
 
 
@@ -52,7 +52,7 @@ def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -
         "\n\nSubmitting the same command again resumes the job: finished steps are skipped. "
         "--dry-run prints the plan."
     )
-    size_for_logs()
+    prepare_console()
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(command(run, options, JobOptions, ClusterOptions))
     return app

@@ -2,12 +2,12 @@
 
 import typer
 
-from xmr.progress import size_for_logs
+from xmr.logs import prepare_console
 from xmr.synth.command import synth_command
 
 app = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
 app.command()(synth_command)
 
 if __name__ == "__main__":
-    size_for_logs()
+    prepare_console()
     app()
