@@ -8,6 +8,7 @@ caption is gender-neutral, entity ids for EI-CLIP).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
@@ -64,7 +65,9 @@ class TrainBatch:
     @classmethod
     def from_columns(cls, columns: Mapping[str, np.ndarray | torch.Tensor]) -> TrainBatch:
         """The batch written by :meth:`to_columns` (arrays are shared, not copied)."""
-        tensors = {name: torch.as_tensor(value) for name, value in columns.items()}
+        with warnings.catch_warnings():  # Ray Data's arrays are read-only; no tensor is written
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            tensors = {name: torch.as_tensor(value) for name, value in columns.items()}
         text_keys = {
             name[len("text.") :]: value
             for name, value in tensors.items()
