@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import signal
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from xmr.stops import Stopped, exit_code, handling_stops, stop_signal
 from xmr.storage import ObjectPath, is_uri, storage_path
 
 OPTION = "xmr.option"
@@ -349,7 +351,9 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
     ``run`` gets one argument per group: an instance of the dataclass built from its flags
     (so its ``__post_init__`` checks run before ``run`` does; a :data:`USER_ERRORS` there is a
     one-line error), or for an :class:`Overrides` group the dict of its flags (None: unset).
-    The command's help is ``run``'s docstring.
+    The command's help is ``run``'s docstring. ``run`` runs within
+    :func:`~xmr.stops.handling_stops`: SIGINT or SIGTERM ends it with one line on stderr and
+    exit code 130 or 143 (:func:`~xmr.stops.exit_code`).
     """
     parameters: list[inspect.Parameter] = []
     names: list[dict[str, str]] = []  # per group: field name -> parameter name
@@ -372,7 +376,16 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
             for group, own in zip(groups, names, strict=True):
                 given = {name: values[parameter] for name, parameter in own.items()}
                 arguments.append(given if isinstance(group, Overrides) else group(**given))
-        run(*arguments)
+        with handling_stops():
+            try:
+                run(*arguments)
+            except BaseException as exc:
+                signum = stop_signal(exc)
+                if signum is None:
+                    raise
+                said = str(exc) if isinstance(exc, Stopped) and str(exc) else "stopped"
+                typer.secho(f"{said} ({signal.Signals(signum).name})", fg="yellow", err=True)
+                raise typer.Exit(code=exit_code(signum)) from exc
 
     invoke.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     invoke.__doc__ = run.__doc__
