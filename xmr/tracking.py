@@ -183,19 +183,26 @@ class TrackedRun:
     def ending(self) -> Iterator[TrackedRun]:
         """Context: the run ends FINISHED when the block completes, KILLED when it is stopped
         (SIGINT or SIGTERM, :mod:`xmr.stops`: marked first thing on the signal, before the
-        work winds down) and FAILED when it raises anything else. A block that completes
+        work winds down) and FAILED when it raises anything else (unless the run was KILLED
+        meanwhile: the sweep or job it belongs to was stopped). A block that completes
         after a stop signal (a library that handles Ctrl-C itself returned early) is stopped
         too: KILLED, and :class:`~xmr.stops.Stopped` is raised."""
         try:
             with on_stop(partial(self.end, "KILLED")):
                 yield self
         except BaseException as exc:
-            self.end(ending_status(exc))
+            status = ending_status(exc)
+            if status == "KILLED" or self.status() != "KILLED":  # killed by whoever stopped it
+                self.end(status)
             raise
         if stop_requested():
             self.end("KILLED")
             raise Stopped(f"stopped by {signal.Signals(last_signal()).name}")
         self.end("FINISHED")
+
+    def status(self) -> str:
+        """The run's status (one of :data:`RUN_STATUSES`)."""
+        return _client(self.tracking_uri).get_run(self.run_id).info.status
 
     def end(self, status: str = "FINISHED") -> None:
         """Set the run's status: ``RUNNING`` reopens it, the others end it (with an end time)."""

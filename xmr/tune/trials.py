@@ -164,8 +164,11 @@ def existing_child_run(context: SweepContext, trial_id: str) -> str | None:
 
 
 def _record_failure(context: SweepContext, trial_id: str, options: dict, exc: BaseException):
-    """Mark the trial's child run FAILED with the reason (creating it when it never started)."""
+    """Mark the trial's child run FAILED with the reason (creating it when it never started);
+    a run KILLED by its sweep's stop stays KILLED."""
     run_id = existing_child_run(context, trial_id)
+    if run_id is not None and TrackedRun(run_id, context.tracking_uri).status() == "KILLED":
+        return
     if run_id is None:
         with start_run(
             context.experiment,
