@@ -383,8 +383,9 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
                 signum = stop_signal(exc)
                 if signum is None:
                     raise
-                said = str(exc) if isinstance(exc, Stopped) and str(exc) else "stopped"
-                typer.secho(f"{said} ({signal.Signals(signum).name})", fg="yellow", err=True)
+                said = str(exc) if isinstance(exc, Stopped) and str(exc) else ""
+                said = said or f"stopped by {signal.Signals(signum).name}"
+                typer.secho(said, fg=typer.colors.YELLOW, err=True)
                 raise typer.Exit(code=exit_code(signum)) from exc
 
     invoke.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
