@@ -121,11 +121,16 @@ def _handle(signum: int, frame: Any) -> None:
 @contextmanager
 def handling_stops() -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM stop the process as the module says (main thread
-    only; the previous handlers come back after it)."""
+    only; a signal the process ignores, as a shell's background job ignores Ctrl-C, stays
+    ignored; the previous handlers come back after it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signum: signal.signal(signum, _handle) for signum in STOP_SIGNALS}
+    previous = {
+        signum: signal.signal(signum, _handle)
+        for signum in STOP_SIGNALS
+        if signal.getsignal(signum) is not signal.SIG_IGN  # a background job's Ctrl-C
+    }
     _received.clear()
     _handling.append(True)
     try:
