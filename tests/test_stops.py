@@ -14,7 +14,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from xmr.stops import Stopped, exit_code, handling_stops, on_stop
+from xmr.stops import Stopped, exit_code, handling_stops, on_stop, stop_requested
 from xmr.tracking import start_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +29,7 @@ def test_a_signal_runs_the_stop_callbacks_first_then_raises_stopped(signum: int)
         time.sleep(5)  # the handler raises here
     assert seen == ["inner", "outer"]
     assert stopped.value.signum == signum and exit_code(signum) == 128 + signum
+    assert not stop_requested()  # after the block, the process goes on as before
 
 
 def test_a_stopped_run_is_killed_and_a_failed_one_failed(tmp_path: Path) -> None:

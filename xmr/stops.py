@@ -26,7 +26,7 @@ from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-_received: list[int] = []  # the stop signals this process got, in order
+_received: list[int] = []  # the stop signals received within handling_stops, in order
 _callbacks: list[Callable[[], None]] = []  # what a stop runs first (on_stop), oldest first
 _handling: list[bool] = []  # non-empty within handling_stops
 
@@ -137,5 +137,6 @@ def handling_stops() -> Iterator[None]:
         yield
     finally:
         _handling.pop()
+        _received.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

@@ -274,15 +274,11 @@ def start_run(
         tags[PARENT_TAG] = parent_run_id
     active = mlflow.start_run(run_name=run_name, tags=tags)
     run = TrackedRun(active.info.run_id, uri)
-    status = "FINISHED"
     try:
         with run.ending():
             yield run
-    except BaseException as exc:
-        status = ending_status(exc)
-        raise
     finally:
-        mlflow.end_run(status)  # MLflow's active run (ending set the same status)
+        mlflow.end_run(run.status())  # MLflow's active run, with the status ending gave it
     if keep_running:
         run.end("RUNNING")
 
