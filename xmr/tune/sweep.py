@@ -351,8 +351,8 @@ def _default_concurrency(space: SearchSpace) -> int | None:
 
 def trial_concurrency(space: SearchSpace, nodes: list[dict[str, float]]) -> int:
     """How many of a training space's trials ``nodes`` (each's total resources) hold at once:
-    :func:`~xmr.tune.trials.trials_that_fit` of the largest trial, over the values of the swept
-    options that size a trial (``workers``, ``loaders``, ``loader_cpus``).
+    :func:`~xmr.tune.trials.trials_that_fit`, the fewest over the values of the swept options
+    that size a trial (``workers``, ``loaders``, ``loader_cpus``).
 
     >>> from xmr.tune.space import load_space
     >>> two_cores = {"CPU": 2.0, "memory": 2.0**33}
@@ -415,7 +415,7 @@ def run_sweep(
             _log_trials(parent, trials)
             raise SweepInterrupted(
                 f"sweep {name} stopped after {ended} of {space.trial_count} trials "
-                f"(trials.csv says which); rerun the same command to resume it"
+                "(trials.csv says which); rerun the same command to resume it"
             )
         trials, best, artifacts = _finish(space, trials, name, parent)
     except BaseException as exc:
