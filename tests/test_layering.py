@@ -19,6 +19,7 @@ PACKAGE = REPO / "xmr"
 LAYERS = (
     "xmr",  # xmr/__init__.py: the version
     "pretrained",
+    "stops",  # xmr/stops.py: SIGINT and SIGTERM as one stop, what runs first, the exit code
     "storage",  # xmr/storage.py: local paths and object-store URIs (pyarrow filesystems)
     "tracking",
     "job_env",  # xmr/job_env.py: the variables xmr forwards to a Ray job's processes

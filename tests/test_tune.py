@@ -31,7 +31,7 @@ from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.tracking import start_run
 from xmr.tune import SpaceError, load_space, shipped_spaces
 from xmr.tune.pareto import front_line, front_marks, front_neighbours, pareto_front, plot_pareto
-from xmr.tune.space import Objective
+from xmr.tune.space import Domain, Objective
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -133,6 +133,36 @@ def test_cli_refuses_a_bad_space_before_anything_starts(tmp_path: Path, monkeypa
 
 
 # --- Pareto fronts ---------------------------------------------------------------------------
+
+
+def test_sweeps_start_only_the_trials_whose_every_reservation_fits_on_a_node() -> None:
+    """The issue's cluster, 2 nodes x 2 CPUs: a trial's driver reserves no CPU, so four
+    one-CPU trials fit (with 0.01 CPU each, only two worker groups did); a loader that reserves
+    CPUs and a worker bigger than any node are counted too."""
+    from xmr.tune.sweep import trial_concurrency
+    from xmr.tune.trials import TrialFootprint, trials_that_fit
+
+    node = {"CPU": 2.0, "memory": 2.0**33}
+    fair = load_space("fair_alpha")  # 1 CPU per trial
+    assert TrialFootprint.of(dict(fair.fixed), fair.cpus, fair.gpus).bundles() == [
+        {"CPU": 1.0},
+        {"memory": 256 * 2**20},
+    ]
+    assert trial_concurrency(fair, [node, node]) == 4
+    assert trial_concurrency(fair, [node]) == 2  # one 2-core machine: two at a time
+    assert trial_concurrency(fair.with_overrides(cpus=2), [node, node]) == 2
+    assert trial_concurrency(fair.with_overrides(cpus=3), [node, node]) == 0  # no node has 3
+    loaders = fair.with_overrides(fixed={**fair.fixed, "loader_cpus": 0.5})
+    assert trial_concurrency(loaders, [node, node]) == 2  # 1 + 0.5 per trial, per node
+    swept = fair.with_overrides(
+        fixed={k: v for k, v in fair.fixed.items() if k != "workers"},
+        params={**fair.params, "workers": Domain("grid", (1, 2))},
+    )
+    assert trial_concurrency(swept.with_overrides(cpus=2), [node, node]) == 2
+    gpu = TrialFootprint(
+        workers=1, cpus_per_worker=1.0, gpus_per_worker=1.0, loaders=1, loader_cpus=0
+    )
+    assert trials_that_fit([{**node, "GPU": 1.0}, node], gpu) == 1
 
 
 def test_pareto_front_keeps_the_non_dominated_trials() -> None:
@@ -413,7 +443,7 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(
 
     first = _start_and_wait(command, db, tmp_path / "first.log", two_finished)
     first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=120) == 130, (tmp_path / "first.log").read_text()[-3000:]
+    assert first.wait(timeout=120) == 143, (tmp_path / "first.log").read_text()[-3000:]
     assert "rerun the same command to resume it" in (tmp_path / "first.log").read_text()
     client = mlflow.MlflowClient(f"sqlite:///{db}")
     experiment = client.get_experiment_by_name("xmr/tune/clipm")
@@ -425,6 +455,10 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(
     before = _run_ids_by_trial(db)
     done_before = {t: run for t, (run, status) in before.items() if status == "FINISHED"}
     assert 2 <= len(done_before) < len(ms), before
+    table = pd.read_csv(client.download_artifacts(parent.info.run_id, "trials.csv", str(tmp_path)))
+    finished = table[table["status"] == "FINISHED"]
+    assert set(finished["trial_id"].astype(str)) <= set(done_before), table
+    assert set(table["status"]) == {"FINISHED", "UNFINISHED"}, table  # which did not finish
 
     monkeypatch.chdir(tmp_path)  # where the first ran: its sweep folder is ./xmr-tune
     second = CliRunner().invoke(app, command[command.index("tune") :])

@@ -4,9 +4,9 @@ A head and a second node on this machine (``ray start --head`` / ``ray start --a
 with its own temp dir and worker ports, one CPU each, token authentication on) and one
 ``mlflow server`` on 127.0.0.1. Through ``ray job submit --working-dir <repo>``, with the
 server's URI in the jobs' runtime env (``MLFLOW_TRACKING_URI``, no ``--tracking-uri`` flag): a
-tiny ``xmr tune``, ``ray_jobs/odmap.py`` with 2-worker training runs (submitted twice: the
-second finds every step done) and a ``python -m xmr.synth`` whose second node is killed
-mid-build.
+tiny training ``xmr tune`` (one trial per node at once) and another stopped by ``ray job
+stop``, ``ray_jobs/odmap.py`` with 2-worker training runs (submitted twice: the second finds
+every step done) and a ``python -m xmr.synth`` whose second node is killed mid-build.
 Ray's state API says where the work ran; the server holds every run; no job opened a sqlite
 store of its own. The module stops only the processes it started (never ``ray stop``).
 """
@@ -214,15 +214,16 @@ def test_the_cluster_refuses_a_request_without_its_token(two_nodes: TwoNodes) ->
     assert requests.get(jobs, headers=token, timeout=30).status_code == 200
 
 
-def test_a_sweep_runs_its_trials_on_both_nodes(two_nodes: TwoNodes) -> None:
-    space = two_nodes.out / "two_nodes_clip.yaml"
+def _fair_alpha_space(two_nodes: TwoNodes, epochs: int) -> Path:
+    """A training sweep on the tiny world: FairSample α = 0 and 1, one CPU per trial."""
+    space = two_nodes.out / f"two_nodes_fair_{epochs}.yaml"
     space.write_text(
         yaml.safe_dump(
             {
-                "description": "CLIP-clip m on a tiny world, one trial per node",
-                "command": "eval",
-                "fixed": {"data": str(two_nodes.world), "pretrained": "none"},
-                "params": {"clip_m": {"grid": [0, 16]}},
+                "description": "FairSample α on a tiny world, one trial per node",
+                "command": "train",
+                "fixed": {"data": str(two_nodes.world), "epochs": epochs},
+                "params": {"fair_alpha": {"grid": [0.0, 1.0]}},
                 "metrics": [
                     {"name": "test/bias_at_10", "mode": "min", "abs": True},
                     {"name": "test/recall_t2i_at_10", "mode": "max"},
@@ -231,26 +232,72 @@ def test_a_sweep_runs_its_trials_on_both_nodes(two_nodes: TwoNodes) -> None:
             }
         )
     )
-    two_nodes.submit(
+    return space
+
+
+def test_a_sweep_trains_its_trials_at_once_one_per_node(two_nodes: TwoNodes) -> None:
+    """Two one-CPU trials on two one-CPU nodes: a trial's own process reserves no CPU, so
+    both worker groups start at once, one on each node, and train to their end."""
+    space = _fair_alpha_space(two_nodes, epochs=1)
+    log = two_nodes.submit(
         "tune", "-m", "xmr.cli", "tune", "--space", str(space), "--name", "two-nodes",
         "--storage", str(two_nodes.out / "sweeps"),
     )  # fmt: skip
+    assert "WorkerGroupStartupTimeoutError" not in log
 
-    # Two trials of one CPU each on two one-CPU nodes, at once: one on each node.
-    both = {two_nodes.head_id, two_nodes.worker_id}
-    tasks = _eventually(
-        lambda: two_nodes.job_rows("tune", "tasks"),
-        lambda rows: _nodes([t for t in rows if t["name"] == "eval_trial.train"]) == both,
-    )
-    assert _nodes([t for t in tasks if t["name"] == "eval_trial.train"]) == both
+    workers = [a for a in two_nodes.job_rows("tune", "actors")
+               if a["class_name"] == "RayTrainWorker"]  # fmt: skip
+    assert len(workers) == 2 and _nodes(workers) == {two_nodes.head_id, two_nodes.worker_id}
 
-    runs = _runs(two_nodes.tracking_uri, "xmr/tune/two_nodes_clip")
+    runs = _runs(two_nodes.tracking_uri, "xmr/tune/two_nodes_fair_1")
     (parent,) = [r for r in runs if r.data.tags.get("xmr.command") == "tune"]
     assert parent.info.run_name == "two-nodes" and parent.info.status == "FINISHED"
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert sorted(r.info.run_name for r in trials) == ["clip_m=0", "clip_m=16"]
+    assert sorted(r.info.run_name for r in trials) == ["fair_alpha=0", "fair_alpha=1"]
     assert {r.info.status for r in trials} == {"FINISHED"} and len(runs) == 3
+    assert all("final/test/bias_at_10" in r.data.metrics for r in trials)
     two_nodes.check_no_local_store()
+
+
+def test_ray_job_stop_leaves_no_run_of_the_sweep_running(two_nodes: TwoNodes) -> None:
+    """``ray job stop`` mid-trial (SIGTERM, then SIGKILL 3 s later): the sweep's run and its
+    trials' runs, named by their values from the start, end KILLED."""
+    space = _fair_alpha_space(two_nodes, epochs=50)
+    command = two_nodes.job_command(
+        "stopped", "-m", "xmr.cli", "tune", "--space", str(space), "--name", "stopped",
+        "--storage", str(two_nodes.out / "sweeps"),
+    )  # fmt: skip
+    log = two_nodes.out / "stopped.log"
+    job = subprocess.Popen(
+        command, env=two_nodes.cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    client = mlflow.MlflowClient(two_nodes.tracking_uri)
+    try:
+        deadline = time.monotonic() + 400
+        while not _trial_trained_an_epoch(client, "xmr/tune/two_nodes_fair_50"):
+            assert job.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(1)
+        stopped = two_nodes.cluster.ray("job", "stop", "--address", two_nodes.cluster.dashboard,
+                                        "stopped")  # fmt: skip
+        assert stopped.returncode == 0, stopped.stderr
+        job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    runs = _runs(two_nodes.tracking_uri, "xmr/tune/two_nodes_fair_50")
+    statuses = {r.info.run_name: r.info.status for r in runs}
+    assert statuses == {
+        "stopped": "KILLED", "fair_alpha=0": "KILLED", "fair_alpha=1": "KILLED"
+    }, log.read_text()[-4000:]  # fmt: skip
+
+
+def _trial_trained_an_epoch(client: mlflow.MlflowClient, experiment: str) -> bool:
+    """Whether both trials' runs exist and one has logged an epoch."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return False
+    trials = client.search_runs([found.experiment_id], "tags.`xmr.trial_id` != ''")
+    return len(trials) == 2 and any("train/loss" in r.data.metrics for r in trials)
 
 
 def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: TwoNodes) -> None:

@@ -166,22 +166,18 @@ def tune_command(options: TuneOptions, cluster: ClusterOptions) -> None:
 
     from xmr.compare import comparison_frame, comparison_table, sweep_runs
     from xmr.progress import summary_line
-    from xmr.tune.sweep import SweepInterrupted, run_sweep
+    from xmr.tune.sweep import run_sweep
 
     started = time.perf_counter()
-    try:
-        with user_errors():
-            search_space = options.search_space()
-            result = run_sweep(
-                search_space,
-                name=options.name,
-                storage=options.storage,
-                address=cluster.address,
-                tracking_uri=cluster.tracking_uri,
-            )
-    except SweepInterrupted as exc:
-        typer.secho(str(exc), fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(code=130) from exc
+    with user_errors():
+        search_space = options.search_space()
+        result = run_sweep(
+            search_space,
+            name=options.name,
+            storage=options.storage,
+            address=cluster.address,
+            tracking_uri=cluster.tracking_uri,
+        )
     console = Console()
     runs, metrics = sweep_runs(result.name, tracking_uri=cluster.tracking_uri)
     console.print(comparison_table(comparison_frame(runs, metrics), f"sweep {result.name}"))

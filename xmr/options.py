@@ -33,6 +33,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import signal
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +46,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from xmr.stops import Stopped, exit_code, handling_stops, stop_signal
 from xmr.storage import (
     STORAGE_ENV,
     ObjectPath,
@@ -451,7 +453,9 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
     (so its ``__post_init__`` checks, and :func:`check_outputs`, run before ``run`` does; a
     :data:`USER_ERRORS` there is a one-line error), or for an :class:`Overrides` group the dict
     of its flags (None: unset; ``run`` checks what it builds from them).
-    The command's help is ``run``'s docstring.
+    The command's help is ``run``'s docstring. ``run`` runs within
+    :func:`~xmr.stops.handling_stops`: SIGINT or SIGTERM ends it with one line on stderr and
+    exit code 130 or 143 (:func:`~xmr.stops.exit_code`).
     """
     parameters: list[inspect.Parameter] = []
     names: list[dict[str, str]] = []  # per group: field name -> parameter name
@@ -478,7 +482,17 @@ def command(run: Callable[..., None], *groups: type | Overrides) -> Callable[...
                     continue
                 arguments.append(group(**given))
                 check_outputs(arguments[-1])
-        run(*arguments)
+        with handling_stops():
+            try:
+                run(*arguments)
+            except BaseException as exc:
+                signum = stop_signal(exc)
+                if signum is None:
+                    raise
+                said = str(exc) if isinstance(exc, Stopped) and str(exc) else ""
+                said = said or f"stopped by {signal.Signals(signum).name}"
+                typer.secho(said, fg=typer.colors.YELLOW, err=True)
+                raise typer.Exit(code=exit_code(signum)) from exc
 
     invoke.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     invoke.__doc__ = run.__doc__

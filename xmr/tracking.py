@@ -21,14 +21,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xmr.stops import Stopped, last_signal, on_stop, stop_requested, stop_signal
 from xmr.storage import StoragePath, check_outside_ray_package, is_uri, storage_path
 
 if TYPE_CHECKING:
@@ -39,7 +42,6 @@ if TYPE_CHECKING:
 DEFAULT_DB = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"  # beside a sqlite store
 PARENT_TAG = "mlflow.parentRunId"  # how MLflow (and its UI) nests a run under another
-RUN_NAME_TAG = "mlflow.runName"
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
@@ -219,19 +221,44 @@ class TrackedRun:
 
     @contextmanager
     def ending(self) -> Iterator[TrackedRun]:
-        """Context: the run ends FINISHED when the block completes, FAILED when it raises."""
+        """Context: the run ends FINISHED when the block completes, KILLED when it is stopped
+        (SIGINT or SIGTERM, :mod:`xmr.stops`: marked first thing on the signal, before the
+        work winds down) and FAILED when it raises anything else (unless the run was KILLED
+        meanwhile: the sweep or job it belongs to was stopped). A block that completes
+        after a stop signal (a library that handles Ctrl-C itself returned early) is stopped
+        too: KILLED, and :class:`~xmr.stops.Stopped` is raised."""
         try:
-            yield self
-        except BaseException:
-            self.end("FAILED")
+            with on_stop(partial(self.end, "KILLED")):
+                yield self
+        except BaseException as exc:
+            status = ending_status(exc)
+            if status == "KILLED" or self.status() != "KILLED":  # killed by whoever stopped it
+                self.end(status)
             raise
+        if stop_requested():
+            self.end("KILLED")
+            raise Stopped(f"stopped by {signal.Signals(last_signal()).name}")
         self.end("FINISHED")
+
+    def status(self) -> str:
+        """The run's status (one of :data:`RUN_STATUSES`)."""
+        return _client(self.tracking_uri).get_run(self.run_id).info.status
 
     def end(self, status: str = "FINISHED") -> None:
         """Set the run's status: ``RUNNING`` reopens it, the others end it (with an end time)."""
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}; choose from {RUN_STATUSES}")
         _client(self.tracking_uri).set_terminated(self.run_id, status)
+
+
+def ending_status(exc: BaseException) -> str:
+    """The status of a run that ``exc`` ended: KILLED for a stop (:func:`~xmr.stops.
+    stop_signal`), FAILED for anything else.
+
+    >>> ending_status(KeyboardInterrupt()), ending_status(RuntimeError("bad"))
+    ('KILLED', 'FAILED')
+    """
+    return "KILLED" if stop_signal(exc) is not None else "FAILED"
 
 
 def _ensure_experiment(experiment: str, tracking_uri: str) -> None:
@@ -270,7 +297,8 @@ def start_run(
 ) -> Iterator[TrackedRun]:
     """Open a new MLflow run in ``experiment`` (created on first use) on the resolved store.
 
-    The run ends FINISHED when the block ends, FAILED when it raises. ``keep_running``: the
+    The run ends as :meth:`TrackedRun.ending` ends it (FINISHED, KILLED when stopped, FAILED
+    when the block raises). ``keep_running``: the
     run stays RUNNING after the block, to be logged into and ended later (by another
     process, or after a resume). ``parent_run_id``: nest the run under that one (a sweep's
     trial under its sweep; the parent must be in the same experiment for the UI to group them).
@@ -284,17 +312,21 @@ def start_run(
     tags = dict(tags or {})
     if parent_run_id:
         tags[PARENT_TAG] = parent_run_id
-    with mlflow.start_run(run_name=run_name, tags=tags) as active:
-        run = TrackedRun(active.info.run_id, uri)
-        yield run
+    active = mlflow.start_run(run_name=run_name, tags=tags)
+    run = TrackedRun(active.info.run_id, uri)
+    try:
+        with run.ending():
+            yield run
+    finally:
+        mlflow.end_run(run.status())  # MLflow's active run, with the status ending gave it
     if keep_running:
         run.end("RUNNING")
 
 
 @contextmanager
 def resume_run(run_id: str, *, tracking_uri: str | None = None) -> Iterator[TrackedRun]:
-    """Reopen the existing run ``run_id`` (RUNNING again) for the block: FINISHED when the
-    block completes, FAILED when it raises."""
+    """Reopen the existing run ``run_id`` (RUNNING again) for the block, ended as
+    :meth:`TrackedRun.ending` ends it."""
     run = TrackedRun(run_id, resolve_tracking_uri(tracking_uri))
     run.end("RUNNING")
     with run.ending():

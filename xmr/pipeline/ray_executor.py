@@ -20,6 +20,7 @@ from xmr.job_env import forwarded_env
 from xmr.logs import MessageFilter, quiet_console
 from xmr.options import UnavailableError
 from xmr.pipeline.stage import Batch, Stage
+from xmr.stops import take_back_sigterm
 
 _LOOPBACK = "127.0.0.1"
 
@@ -118,6 +119,7 @@ def _start_ray(**settings: Any) -> None:
     """
     try:
         ray.init(**settings)
+        take_back_sigterm()  # a stop marks the runs KILLED first (xmr.stops), not Ray's exit
     except Exception as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         if len(reason) > 300:

@@ -136,6 +136,16 @@ def _export(checkpoint: ray.train.Checkpoint, targets: list[StoragePath]) -> Non
             tmp.replace(target)
 
 
+class _Trainer(TorchTrainer):
+    """A TorchTrainer that leaves Ctrl-C to :mod:`xmr.stops`: Ray Train's own handler (set
+    when ``fit`` runs in the main thread) aborts the workers and exits with status 0, which
+    would hide the stop. The driver's exit ends its controller and workers instead; the
+    latest checkpoint resumes the run."""
+
+    def _register_sigint_handler(self, controller: Any) -> None:
+        return None
+
+
 def _mlflow_run(
     config: TrainConfig,
     run_dir: StoragePath,
@@ -143,16 +153,17 @@ def _mlflow_run(
     tags: dict[str, str],
     experiment: str,
     parent_run_id: str | None,
+    run_name: str,
 ) -> TrackedRun:
     """The MLflow run of ``run_dir`` (RUNNING): the one a previous attempt started, or a new
-    one."""
+    one named ``run_name``."""
     record = run_dir / RUN_FILE
     resumed = recorded_run(record, RUN_ID_KEY, tracking_uri)
     if resumed is not None:
         return resumed
     with start_run(
         experiment,
-        run_name=config.name,
+        run_name=run_name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "train", "xmr.run_dir": str(run_dir), **tags},
         parent_run_id=parent_run_id,
@@ -238,12 +249,14 @@ def train(
     experiment: str | None = None,
     parent_run_id: str | None = None,
     callbacks: list[ray.train.UserCallback] | None = None,
+    run_name: str | None = None,
 ) -> TrainResult:
     """Train ``config`` on Ray Train and return the final metrics and checkpoint paths.
 
     ``tags`` are added to the MLflow run when it is created, in ``experiment`` (default
     ``xmr/train/<dataset>``, :func:`~xmr.tracking.experiment_name`), nested under
-    ``parent_run_id`` when given (a sweep's trial).
+    ``parent_run_id`` when given (a sweep's trial), named ``run_name`` (default: the run's
+    ``config.name``; a sweep's trial: its swept values).
     ``callbacks`` join the run's Ray Train callbacks (a Tune trial forwards reports to Tune).
     Rank 0 shows its progress through each epoch: a bar when standard output is a terminal,
     else a line per tenth of the epoch (a sweep's trial, whose process has no terminal, prints
@@ -305,7 +318,9 @@ def train(
             metrics, run_dir, run_dir / "last.pt", best if best.is_file() else None, run_id, data,
             experiment,
         )  # fmt: skip
-    run = _mlflow_run(config, run_dir, uri, dict(tags or {}), experiment, parent_run_id)
+    run = _mlflow_run(
+        config, run_dir, uri, dict(tags or {}), experiment, parent_run_id, run_name or config.name
+    )
     params = {
         "data.pairs_original": str(data.original),
         "data.pairs_synthetic": str(data.synthetic),
@@ -330,7 +345,7 @@ def train(
     os.environ.setdefault(TRAIN_PRINT_PATCH, "0")
     clock = StartClock.remote()
     dataset = training_dataset(data.table, config, corpus, clock, steps_per_epoch, grouped)
-    trainer = TorchTrainer(
+    trainer = _Trainer(
         train_loop,
         train_loop_config={
             "config": config.to_dict(),

@@ -25,13 +25,10 @@ order) with `` ≈ ``. Trials without per-query values are left unmarked.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
-import signal
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -44,11 +41,13 @@ from ray import tune
 
 from xmr.eval.per_query import QueryValues, logged_per_query, paired_differences, select_metrics
 from xmr.pipeline.ray_executor import init_ray
+from xmr.stops import Stopped, on_stop
 from xmr.storage import StoragePath, as_path, check_bucket, storage_path
 from xmr.text import require_tagger
 from xmr.tracking import (
     PARENT_TAG,
     TrackedRun,
+    ending_status,
     experiment_name,
     find_runs,
     is_finite_number,
@@ -68,18 +67,25 @@ from xmr.tune.pareto import (
 )
 from xmr.tune.space import DEFAULT_SYNTH, Domain, Objective, SearchSpace, SpaceError
 from xmr.tune.trial_lines import TrialLines
-from xmr.tune.trials import OBJECTIVE, SweepContext, eval_trial, train_trial
+from xmr.tune.trials import (
+    DRIVER_MEMORY,
+    OBJECTIVE,
+    SweepContext,
+    TrialFootprint,
+    eval_trial,
+    train_trial,
+    trials_that_fit,
+)
 
 SWEEP_FILE = "xmr_sweep.json"
 PARENT_ID_KEY = "parent_run_id"  # the parent run's id in SWEEP_FILE
-DRIVER_CPU = 0.01  # a training trial's own process: it only drives its TorchTrainer
 PAIRED_RESAMPLES = 1000
 PAIRED_CONFIDENCE = 0.95
 PAIRED_SEED = 0
 """The bootstrap that compares neighbours on a front: fixed, so the marks are reproducible."""
 
 
-class SweepInterrupted(RuntimeError):
+class SweepInterrupted(Stopped):
     """The sweep stopped before every trial ran (Ctrl-C or SIGTERM); its state is saved to
     resume."""
 
@@ -268,8 +274,9 @@ def _prepare_inputs(
 def _trainable(space: SearchSpace, context: SweepContext, address: str | None) -> Any:
     if space.command == "train":
         # The trial only drives a TorchTrainer, whose workers hold the CPUs and GPUs; Tune
-        # needs a non-empty request, so the driver asks for a sliver of a CPU.
-        return tune.with_resources(partial(train_trial, context=context), {"CPU": DRIVER_CPU})
+        # needs a non-empty request, so the driver asks for memory, no CPU (TrialFootprint).
+        trainable = partial(train_trial, context=context)
+        return tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
     from xmr.eval.config import eval_config
     from xmr.eval.encode import encode
 
@@ -328,14 +335,46 @@ def _tune_config(space: SearchSpace, max_concurrent: int | None) -> tune.TuneCon
 
 
 def _default_concurrency(space: SearchSpace) -> int | None:
-    """Training trials: as many as the cluster's CPUs (and GPUs) fit; eval trials: Tune's own."""
+    """Training trials: as many as the cluster's nodes hold at once, every reservation of
+    every trial counted (:func:`trial_concurrency`); eval trials: Tune's own."""
     if space.command != "train":
         return None
-    resources = ray.cluster_resources()
-    fits = [int(resources.get("CPU", 1) // max(space.cpus, 1))]
-    if space.gpus:
-        fits.append(int(resources.get("GPU", 0) // space.gpus))
-    return max(1, min(fits))
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    fits = trial_concurrency(space, nodes)
+    if fits == 0:
+        print(
+            f"no node of this cluster holds a trial of {space.cpus:g} CPUs and {space.gpus:g} "
+            "GPUs (--cpus-per-trial, --gpus-per-trial); running one at a time, for nodes yet "
+            "to join"
+        )
+    return max(1, fits)
+
+
+def trial_concurrency(space: SearchSpace, nodes: list[dict[str, float]]) -> int:
+    """How many of a training space's trials ``nodes`` (each's total resources) hold at once:
+    :func:`~xmr.tune.trials.trials_that_fit`, the fewest over the values of the swept options
+    that size a trial (``workers``, ``loaders``, ``loader_cpus``).
+
+    >>> from xmr.tune.space import load_space
+    >>> two_cores = {"CPU": 2.0, "memory": 2.0**33}
+    >>> trial_concurrency(load_space("fair_alpha"), [two_cores])  # 1 CPU per trial
+    2
+    >>> trial_concurrency(load_space("fair_alpha").with_overrides(cpus=2), [two_cores] * 2)
+    2
+    """
+    sized = ("workers", "loaders", "loader_cpus")
+    choices = [
+        space.params[key].values if key in space.params else [space.fixed.get(key)] for key in sized
+    ]
+    counts = []
+    for values in itertools.product(*choices):
+        options = {
+            **space.fixed,
+            **{k: v for k, v in zip(sized, values, strict=True) if v is not None},
+        }
+        footprint = TrialFootprint.of(options, space.cpus, space.gpus)
+        counts.append(trials_that_fit(nodes, footprint))
+    return min(counts)
 
 
 def run_sweep(
@@ -367,22 +406,21 @@ def run_sweep(
     parent = _parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
     try:
         init_ray(address)
-        with _sigterm_as_ctrl_c():
+        # A stop marks the sweep's runs KILLED first, then Tune saves its state and stops.
+        with on_stop(partial(_end_sweep_runs, parent, experiment, "KILLED")):
             trials = _run_trials(
                 space, name, sweep_dir, experiment, parent, address, max_concurrent
             )
         ended = int(trials["status"].isin(["FINISHED", "FAILED"]).sum()) if len(trials) else 0
         if ended < space.trial_count:  # Ctrl-C or SIGTERM: Tune saved its state and stopped
+            _log_trials(parent, trials)
             raise SweepInterrupted(
-                f"sweep {name} stopped after {ended} of {space.trial_count} trials; "
-                "rerun the same command to resume it"
+                f"sweep {name} stopped after {ended} of {space.trial_count} trials "
+                "(trials.csv says which); rerun the same command to resume it"
             )
         trials, best, artifacts = _finish(space, trials, name, parent)
-    except (SweepInterrupted, KeyboardInterrupt, SystemExit):
-        _end_sweep_runs(parent, experiment, "KILLED")
-        raise
-    except BaseException:
-        _end_sweep_runs(parent, experiment, "FAILED")
+    except BaseException as exc:
+        _end_sweep_runs(parent, experiment, ending_status(exc))
         raise
     return SweepResult(name, parent.run_id, experiment, trials, best, sweep_dir, artifacts)
 
@@ -437,37 +475,14 @@ def _run_trials(
     return _trials_frame(space, tuner.fit(), context)
 
 
-@contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
-    """Within the block, SIGTERM (``kill``, ``ray job stop``, a scheduler's preemption) stops
-    the sweep as Ctrl-C does: while trials run, Ray Tune stops them and saves its state (a
-    second signal skips that); before, the work in progress is interrupted. Signals are handled
-    in the main thread only: elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def as_ctrl_c(signum: int, frame: Any) -> None:
-        handler = signal.getsignal(signal.SIGINT)  # Ray Tune's while trials run
-        if not callable(handler):  # ignored (a background job) or not set from Python
-            handler = signal.default_int_handler
-        handler(signal.SIGINT, frame)
-
-    previous = signal.signal(signal.SIGTERM, as_ctrl_c)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-
 def _end_sweep_runs(parent: TrackedRun, experiment: str, status: str) -> None:
     """End the parent run with ``status`` and the child runs still RUNNING (the trials that a
     stop or a failure of the sweep cut short) KILLED: no run of the sweep stays RUNNING."""
+    parent.end(status)
     children = find_runs(experiment, {PARENT_TAG: parent.run_id}, tracking_uri=parent.tracking_uri)
     for child in children:
         if child.info.status == "RUNNING":
             TrackedRun(child.info.run_id, parent.tracking_uri).end("KILLED")
-    parent.end(status)
 
 
 def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.DataFrame:
@@ -490,7 +505,9 @@ def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.Da
             "trial_id": trial_id,
             "run_name": context.run_name(config),
             "mlflow_run_id": run.info.run_id if run else "",
-            "status": "FAILED" if result.error else ("FINISHED" if metrics else "UNFINISHED"),
+            # Tune marks a trial's last result done when it ends (returned, or stopped by the
+            # scheduler); one that a stop cut short has none.
+            "status": "FAILED" if result.error else status_of(metrics),
             "error": _error_reason(result.error, run) if result.error else "",
         }
         for key in space.params:
@@ -503,6 +520,24 @@ def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.Da
     if not frame.empty:
         frame = frame.sort_values([*space.params, "trial_id"], kind="stable").reset_index(drop=True)
     return frame
+
+
+def status_of(metrics: dict[str, Any]) -> str:
+    """A trial's status in ``trials.csv`` from its last result (not failed): FINISHED when Tune
+    marked it done, else UNFINISHED (a stop cut it short; a rerun resumes it).
+
+    >>> status_of({"done": True, "test/bias_at_10": 0.1}), status_of({"trial_id": "a1"})
+    ('FINISHED', 'UNFINISHED')
+    """
+    return "FINISHED" if metrics.get("done") else "UNFINISHED"
+
+
+def _log_trials(parent: TrackedRun, trials: pd.DataFrame) -> None:
+    """Log ``trials`` as the parent run's ``trials.csv``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trials.csv"
+        trials.to_csv(path, index=False)
+        parent.log_artifact(path)
 
 
 def _error_reason(error: BaseException, run: Any) -> str:
@@ -575,8 +610,7 @@ def _finish(
             if pair == 0:
                 xs = objective_values(plotted, x, y)[:, 0]
                 parent.set_tag("xmr.pareto_front", front_line(xs, front, ties, names))
-        trials.to_csv(folder / "trials.csv", index=False)
-        parent.log_artifact(folder / "trials.csv")
+        _log_trials(parent, trials)
         artifacts.insert(0, "trials.csv")
     parent.log_metrics(
         {

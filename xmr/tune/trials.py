@@ -20,7 +20,6 @@ from ray import tune
 
 from xmr.storage import StoragePath
 from xmr.tracking import (
-    RUN_NAME_TAG,
     TrackedRun,
     find_runs,
     is_finite_number,
@@ -64,6 +63,87 @@ class SweepContext:
         return {OBJECTIVE: abs(value) if self.objective_abs else float(value)}
 
 
+DRIVER_MEMORY = 256 * 2**20
+"""Bytes of Ray's ``memory`` resource a training trial's own process reserves: it only drives
+its TorchTrainer, and Tune needs a non-empty request. Not CPU: a sliver of a CPU on a node
+leaves that node a whole core short for a worker."""
+
+
+@dataclass(frozen=True)
+class TrialFootprint:
+    """Every reservation one training trial makes on the cluster: its driver (Tune's trial
+    process, :data:`DRIVER_MEMORY` bytes), its Ray Train workers and its loader actors (Ray
+    Train's controller, Ray Data's split coordinator and the loader's clock reserve nothing).
+    """
+
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    loaders: int
+    loader_cpus: float
+    driver_memory: float = DRIVER_MEMORY
+
+    @classmethod
+    def of(cls, options: dict[str, Any], cpus: float, gpus: float) -> TrialFootprint:
+        """The footprint of a trial of ``options`` (``xmr train`` options) given ``cpus`` and
+        ``gpus`` per trial (split over its workers, at least one CPU each)."""
+        from xmr.train.config import TrainConfig
+
+        workers = int(options.get("workers", TrainConfig.workers))
+        return cls(
+            workers=workers,
+            cpus_per_worker=float(max(1, int(cpus // workers))),
+            gpus_per_worker=gpus / workers,
+            loaders=int(options.get("loaders", TrainConfig.loaders)),
+            loader_cpus=float(options.get("loader_cpus", TrainConfig.loader_cpus)),
+        )
+
+    def bundles(self) -> list[dict[str, float]]:
+        """The trial's reservations, one per process (resource -> amount), largest first."""
+        worker = {"CPU": self.cpus_per_worker, "GPU": self.gpus_per_worker}
+        loader = {"CPU": self.loader_cpus}
+        bundles = (
+            [worker] * self.workers + [loader] * self.loaders + [{"memory": self.driver_memory}]
+        )
+        bundles = [{k: v for k, v in b.items() if v > 0} for b in bundles]
+        return [b for b in bundles if b]
+
+
+def trials_that_fit(nodes: list[dict[str, float]], footprint: TrialFootprint) -> int:
+    """How many trials of ``footprint`` the nodes (each's total resources) hold at once, every
+    reservation of every trial on one node (first fit, largest first: a Ray Train worker
+    group's bundles may spread over nodes, but each bundle stays on one).
+
+    >>> one_cpu = {"CPU": 1.0, "memory": 2.0**33}
+    >>> trials_that_fit([one_cpu, one_cpu], TrialFootprint(1, 1.0, 0.0, 1, 0.0))
+    2
+    >>> trials_that_fit([{"CPU": 2.0, "memory": 2.0**33}], TrialFootprint(1, 2.0, 0.0, 1, 0.5))
+    0
+    """
+    free = [dict(node) for node in nodes]
+    bundles = footprint.bundles()
+    count = 0
+    while _place(free, bundles):
+        count += 1
+    return count
+
+
+def _place(free: list[dict[str, float]], bundles: list[dict[str, float]]) -> bool:
+    """Take ``bundles`` out of ``free`` (each on the first node with room for it); False, and
+    ``free`` unchanged, when one does not fit."""
+    taken = [dict(node) for node in free]
+    for bundle in bundles:
+        for node in taken:
+            if all(node.get(k, 0.0) >= v - 1e-9 for k, v in bundle.items()):
+                for k, v in bundle.items():
+                    node[k] = node.get(k, 0.0) - v
+                break
+        else:
+            return False
+    free[:] = taken
+    return True
+
+
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -84,8 +164,11 @@ def existing_child_run(context: SweepContext, trial_id: str) -> str | None:
 
 
 def _record_failure(context: SweepContext, trial_id: str, options: dict, exc: BaseException):
-    """Mark the trial's child run FAILED with the reason (creating it when it never started)."""
+    """Mark the trial's child run FAILED with the reason (creating it when it never started);
+    a run KILLED by its sweep's stop stays KILLED."""
     run_id = existing_child_run(context, trial_id)
+    if run_id is not None and TrackedRun(run_id, context.tracking_uri).status() == "KILLED":
+        return
     if run_id is None:
         with start_run(
             context.experiment,
@@ -112,12 +195,13 @@ def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
     trial_id = _trial_id()
     fields = dict(options)
     try:
-        workers = int(fields.pop("workers", 1))
+        footprint = TrialFootprint.of(fields, context.cpus_per_trial, context.gpus_per_trial)
+        fields.pop("workers", None)
         config = resolve_config(
             fields.pop("model", "clip"),
-            workers=workers,
-            cpus_per_worker=max(1, int(context.cpus_per_trial // workers)),
-            gpus_per_worker=context.gpus_per_trial / workers,
+            workers=footprint.workers,
+            cpus_per_worker=int(footprint.cpus_per_worker),
+            gpus_per_worker=footprint.gpus_per_worker,
             name=f"trial-{trial_id}",
             storage=context.runs_dir,
             **fields,
@@ -129,12 +213,11 @@ def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
             experiment=context.experiment,
             parent_run_id=context.parent_run_id,
             callbacks=[TuneReportCallback()] if context.report_epochs else [],
+            run_name=context.run_name(options),
         )
     except Exception as exc:
         _record_failure(context, trial_id, options, exc)
         raise
-    run = TrackedRun(result.mlflow_run_id, context.tracking_uri)
-    run.set_tag(RUN_NAME_TAG, context.run_name(options))
     tune.report({**result.metrics, **context.objective_value(result.metrics)})
 
 
