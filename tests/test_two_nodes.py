@@ -244,6 +244,19 @@ def test_a_sweep_trains_its_trials_at_once_one_per_node(two_nodes: TwoNodes) -> 
         "--storage", str(two_nodes.out / "sweeps"),
     )  # fmt: skip
     assert "WorkerGroupStartupTimeoutError" not in log
+    # Its log: each trial's start, its training's progress and its summary, in a budget of
+    # 40 lines + 12 per training epoch.
+    lines = two_nodes.job_log("tune")
+    shown = "\n".join(lines)
+    (two_nodes.out / "tune-job.log").write_text(shown)
+    assert len(lines) <= 40 + 12 * 2, shown
+    assert sum("epoch 1/1: 100% " in line for line in lines) == 2, shown
+    for alpha in (0, 1):
+        assert f"sweep two-nodes: trial fair_alpha={alpha} started" in shown
+        (done,) = [line for line in lines if f"done trial fair_alpha={alpha} in " in line]
+        assert "bias_at_10 " in done and "recall_t2i_at_10 " in done, done
+    assert any(line.startswith("done sweep two-nodes in ") for line in lines), shown
+    assert not [line for line in lines if " INFO " in line], shown
 
     workers = [a for a in two_nodes.job_rows("tune", "actors")
                if a["class_name"] == "RayTrainWorker"]  # fmt: skip
