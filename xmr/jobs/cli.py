@@ -25,8 +25,8 @@ from xmr.storage import check_bucket
 
 def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -> typer.Typer:
     """The app of a job: ``build(options, job_options)`` makes the :class:`Job` to run;
-    ``help``'s first paragraph is the command's help. ``options`` has the job's ``dataset``
-    and ``data`` (None: a world the job generates)."""
+    ``help``'s first paragraph is the command's help. A job's ``data`` folder (with its
+    ``dataset``), when its options have one, must exist before the plan is made."""
 
     def run(values: Any, job_options: JobOptions, cluster: ClusterOptions) -> None:
         from xmr.jobs.steps import run_job
@@ -34,7 +34,8 @@ def job_app(build: Callable[[Any, JobOptions], Job], options: type, help: str) -
 
         console = Console()
         with user_errors():
-            check_data_folder(values.dataset, values.data)
+            if getattr(values, "data", None) is not None:  # None: a world the job generates
+                check_data_folder(values.dataset, values.data)
             job = build(values, job_options)
             check_bucket(job.folder, "--storage")
             print_plan(job, console, commands=job_options.dry_run)
