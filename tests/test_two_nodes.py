@@ -297,6 +297,22 @@ def test_ray_job_stop_leaves_no_run_of_the_sweep_running(two_nodes: TwoNodes) ->
     finally:
         if job.poll() is None:
             job.kill()
+
+    # Nothing of the stopped job keeps running: no trial, training worker or loader (Ray
+    # Data's detached bookkeeping actors, which hold nothing, serve every job and stay).
+    def working(actor: dict) -> bool:
+        name = actor["class_name"]
+        return actor["state"] == "ALIVE" and (
+            name in {"ImplicitFunc", "TrainController", "RayTrainWorker"}
+            or name.startswith("MapWorker")
+        )
+
+    alive = _eventually(
+        lambda: [a for a in two_nodes.job_rows("stopped", "actors") if working(a)],
+        lambda actors: not actors,
+        tries=30,
+    )
+    assert not alive, alive
     runs = _runs(two_nodes.tracking_uri, "xmr/tune/two_nodes_fair_50")
     statuses = {r.info.run_name: r.info.status for r in runs}
     assert statuses == {
