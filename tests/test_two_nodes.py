@@ -33,6 +33,7 @@ import yaml
 from conftest import NLTK_DATA, REPO
 from ray_cluster import RAY, RayCluster, free_port, free_worker_ranges, running_mlflow_server
 
+from xmr.cluster import JOB_STOP_WAIT_S
 from xmr.data.synthetic import read_manifest, read_synthetic_errors, synthetic_table
 from xmr.synth.output import read_plan
 
@@ -173,6 +174,9 @@ def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
         # The head checks each node every second instead of every 3 s (5 misses: dead), so
         # the job notices the killed node in seconds; a raylet still has 10 s to answer.
         RAY_health_check_period_ms="1000",
+        # As `xmr cluster up` sets it: `ray job stop` leaves a job this long to mark its runs
+        # KILLED before SIGKILL (Ray's default, 3 s, is short on a busy 2-core machine).
+        RAY_JOB_STOP_WAIT_TIME_S=JOB_STOP_WAIT_S,
         NLTK_DATA=str(NLTK_DATA),
         PYTHONUNBUFFERED="1",
     )

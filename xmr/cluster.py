@@ -418,6 +418,10 @@ def _listening_ports(processes: Iterable[psutil.Process]) -> list[int]:
     return sorted(ports)
 
 
+JOB_STOP_WAIT_S = "15"
+"""Seconds ``ray job stop`` waits between SIGTERM and SIGKILL on a cluster of ``xmr cluster``."""
+
+
 def _node_env(state: ClusterState, token: str) -> dict[str, str]:
     """The environment of every ``ray start``: token authentication with the cluster's token
     file, free ports for the metric servers whose defaults are fixed, and the contract's
@@ -432,6 +436,9 @@ def _node_env(state: ClusterState, token: str) -> dict[str, str]:
         AUTOSCALER_METRIC_PORT=str(free_port()),
         XMR_STORAGE=state.storage,
         MLFLOW_TRACKING_URI=state.tracking_uri,
+        # `ray job stop`'s time between SIGTERM and SIGKILL (Ray's default 3 s): a stopped
+        # job marks its MLflow runs KILLED in it, on a busy machine too.
+        RAY_JOB_STOP_WAIT_TIME_S=JOB_STOP_WAIT_S,
     )
     return env
 
