@@ -423,11 +423,13 @@ def test_synth_in_a_job_writes_its_default_output_under_xmr_storage(two_nodes: T
 
 
 def _running_map_task(cluster: RayCluster, temp_dir: str) -> bool:
-    """Whether a worker of the node under ``temp_dir`` runs a Ray Data map task now (its
-    process title: ``ray::MapBatches(...)``)."""
+    """Whether a worker of the node under ``temp_dir`` runs a Ray Data map stage now: a task
+    (process title ``ray::MapBatches(...)``) or an actor of a stage's pool
+    (``ray::MapWorker(...)``; where a pool's actors took the node's CPUs, the stage's tasks run
+    elsewhere)."""
     for process in cluster.node_processes(temp_dir):
         try:
-            if " ".join(process.cmdline()).startswith("ray::MapBatches"):
+            if " ".join(process.cmdline()).startswith(("ray::MapBatches", "ray::MapWorker")):
                 return True
         except psutil.Error:  # it ended while we looked
             continue
