@@ -239,6 +239,81 @@ def _fair_alpha_space(two_nodes: TwoNodes, epochs: int) -> Path:
     return space
 
 
+def _running_map_task(cluster: RayCluster, temp_dir: str) -> bool:
+    """Whether a worker of the node under ``temp_dir`` runs a Ray Data map task now (its
+    process title: ``ray::MapBatches(...)``)."""
+    for process in cluster.node_processes(temp_dir):
+        try:
+            if " ".join(process.cmdline()).startswith("ray::MapBatches"):
+                return True
+        except psutil.Error:  # it ended while we looked
+            continue
+    return False
+
+
+# First on the fresh cluster: after the jobs below had run on it, the second node sometimes
+# ran none of the build's map tasks before its end (`_second_node_up` starts the node again
+# for the tests after this one).
+def test_killing_the_second_node_mid_synth_loses_no_row(two_nodes: TwoNodes, small_toyworld):
+    """The node dies (every process SIGKILLed) while it runs a fill/caption task and shards
+    are being committed; Ray reruns its lost tasks on the head, and the same job finishes the
+    build: every planned row in exactly one shard or in the errors."""
+    out = two_nodes.out / "dprime"
+    command = two_nodes.job_command(
+        "synth", "-m", "xmr.synth", "--data", str(small_toyworld), "--out", str(out),
+        "--caption", "prompt", "--fill", "ns", "--rows-per-shard", "4", "--batch-size", "4",
+    )  # fmt: skip
+    log = two_nodes.out / "synth.log"
+    worker_dir, worker_id = two_nodes.worker_dir, two_nodes.worker_id
+    job = subprocess.Popen(
+        command, env=two_nodes.cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    shards_at_kill = None
+    try:
+        while job.poll() is None and shards_at_kill is None:
+            shards = list(out.glob("data/part-*.parquet"))
+            if shards and _running_map_task(two_nodes.cluster, worker_dir):
+                two_nodes.cluster.kill_node(worker_dir)
+                two_nodes.worker_killed = True
+                shards_at_kill = len(shards)
+                manifest_at_kill = (out / "manifest.json").exists()
+            time.sleep(0.02)
+        assert job.wait(timeout=600) == 0, log.read_text()[-4000:]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert shards_at_kill is not None, "the build ended before the second node ran a task"
+    assert not manifest_at_kill
+
+    manifest = read_manifest(out)
+    assert manifest["planned"] == manifest["written"] + manifest["errors"]
+    assert shards_at_kill < manifest["counts"]["shards"]
+    assert manifest["counts"]["shards_resumed"] == 0  # one submission built it all
+    keys = synthetic_table(out)["key"].to_pylist()
+    failed = read_synthetic_errors(out)["key"].to_pylist()
+    planned, plan_errors, _ = read_plan(out)
+    assert len(keys) == len(set(keys)) == manifest["written"]
+    every_unit = [r.key for r in planned] + plan_errors["key"].to_pylist()
+    assert sorted(keys + failed) == sorted(every_unit)
+
+    # Both nodes ran the build's tasks before the kill; the state API reports the node dead.
+    nodes = {n["node_id"]: n["state"] for n in two_nodes.cluster.state("nodes")}
+    assert nodes[worker_id] == "DEAD" and nodes[two_nodes.head_id] == "ALIVE"
+    tasks = two_nodes.job_rows("synth", "tasks")
+    assert _nodes(tasks) == {two_nodes.head_id, worker_id}
+
+    (run,) = _runs(two_nodes.tracking_uri, "xmr/synth/toyworld")
+    assert run.info.status == "FINISHED"
+    for count in ("planned", "written", "errors"):
+        assert run.data.metrics[count] == manifest[count]
+    artifacts = {
+        a.path for a in mlflow.MlflowClient(two_nodes.tracking_uri).list_artifacts(run.info.run_id)
+    }
+    assert "manifest.json" in artifacts  # through the server's artifact proxy
+    assert (out / "samples.png").stat().st_size > 0
+    two_nodes.check_no_local_store()
+
+
 def test_a_sweep_trains_its_trials_at_once_one_per_node(two_nodes: TwoNodes) -> None:
     """Two one-CPU trials on two one-CPU nodes: a trial's own process reserves no CPU, so
     both worker groups start at once, one on each node, and train to their end."""
@@ -419,78 +494,4 @@ def test_synth_in_a_job_writes_its_default_output_under_xmr_storage(two_nodes: T
     runs = _runs(two_nodes.tracking_uri, "xmr/synth/toyworld")
     (run,) = [r for r in runs if r.data.params.get("synth.out") == str(out)]
     assert run.info.run_name == "toyworld-train" and run.info.status == "FINISHED"
-    two_nodes.check_no_local_store()
-
-
-def _running_map_task(cluster: RayCluster, temp_dir: str) -> bool:
-    """Whether a worker of the node under ``temp_dir`` runs a Ray Data map stage now: a task
-    (process title ``ray::MapBatches(...)``) or an actor of a stage's pool
-    (``ray::MapWorker(...)``; where a pool's actors took the node's CPUs, the stage's tasks run
-    elsewhere)."""
-    for process in cluster.node_processes(temp_dir):
-        try:
-            if " ".join(process.cmdline()).startswith(("ray::MapBatches", "ray::MapWorker")):
-                return True
-        except psutil.Error:  # it ended while we looked
-            continue
-    return False
-
-
-def test_killing_the_second_node_mid_synth_loses_no_row(two_nodes: TwoNodes, small_toyworld):
-    """The node dies (every process SIGKILLed) while it runs a fill/caption task and shards
-    are being committed; Ray reruns its lost tasks on the head, and the same job finishes the
-    build: every planned row in exactly one shard or in the errors."""
-    out = two_nodes.out / "dprime"
-    command = two_nodes.job_command(
-        "synth", "-m", "xmr.synth", "--data", str(small_toyworld), "--out", str(out),
-        "--caption", "prompt", "--fill", "ns", "--rows-per-shard", "4", "--batch-size", "4",
-    )  # fmt: skip
-    log = two_nodes.out / "synth.log"
-    worker_dir, worker_id = two_nodes.worker_dir, two_nodes.worker_id
-    job = subprocess.Popen(
-        command, env=two_nodes.cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT
-    )
-    shards_at_kill = None
-    try:
-        while job.poll() is None and shards_at_kill is None:
-            shards = list(out.glob("data/part-*.parquet"))
-            if shards and _running_map_task(two_nodes.cluster, worker_dir):
-                two_nodes.cluster.kill_node(worker_dir)
-                two_nodes.worker_killed = True
-                shards_at_kill = len(shards)
-                manifest_at_kill = (out / "manifest.json").exists()
-            time.sleep(0.02)
-        assert job.wait(timeout=600) == 0, log.read_text()[-4000:]
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert shards_at_kill is not None, "the build ended before the second node ran a task"
-    assert not manifest_at_kill
-
-    manifest = read_manifest(out)
-    assert manifest["planned"] == manifest["written"] + manifest["errors"]
-    assert shards_at_kill < manifest["counts"]["shards"]
-    assert manifest["counts"]["shards_resumed"] == 0  # one submission built it all
-    keys = synthetic_table(out)["key"].to_pylist()
-    failed = read_synthetic_errors(out)["key"].to_pylist()
-    planned, plan_errors, _ = read_plan(out)
-    assert len(keys) == len(set(keys)) == manifest["written"]
-    every_unit = [r.key for r in planned] + plan_errors["key"].to_pylist()
-    assert sorted(keys + failed) == sorted(every_unit)
-
-    # Both nodes ran the build's tasks before the kill; the state API reports the node dead.
-    nodes = {n["node_id"]: n["state"] for n in two_nodes.cluster.state("nodes")}
-    assert nodes[worker_id] == "DEAD" and nodes[two_nodes.head_id] == "ALIVE"
-    tasks = two_nodes.job_rows("synth", "tasks")
-    assert _nodes(tasks) == {two_nodes.head_id, worker_id}
-
-    (run,) = _runs(two_nodes.tracking_uri, "xmr/synth/toyworld")
-    assert run.info.status == "FINISHED"
-    for count in ("planned", "written", "errors"):
-        assert run.data.metrics[count] == manifest[count]
-    artifacts = {
-        a.path for a in mlflow.MlflowClient(two_nodes.tracking_uri).list_artifacts(run.info.run_id)
-    }
-    assert "manifest.json" in artifacts  # through the server's artifact proxy
-    assert (out / "samples.png").stat().st_size > 0
     two_nodes.check_no_local_store()
