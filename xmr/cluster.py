@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from xmr.job_env import forwarded_env
 from xmr.options import UnavailableError
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -427,6 +428,8 @@ def _node_env(state: ClusterState, token: str) -> dict[str, str]:
     file, free ports for the metric servers whose defaults are fixed, and the contract's
     ``XMR_STORAGE`` and ``MLFLOW_TRACKING_URI``, which every job on the cluster inherits."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    # The jobs run in other folders: NLTK_DATA=../nltk_data and the like, made absolute here.
+    env.update(forwarded_env())
     env.update(
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN_PATH=token,
