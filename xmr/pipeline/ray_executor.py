@@ -49,8 +49,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """
     if ray.is_initialized():
         return
-    quiet_console()
-    _ray_data_console_level(logging.WARNING)
+    quiet_worker()  # this process's console, as every worker's
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         _start_ray(address=address, runtime_env=worker_runtime_env())
