@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -163,6 +164,72 @@ def test_xmr_train_from_the_data_folder_logs_to_mlflow_and_resumes(
     changed = _config(tmp_path / "world", tmp_path / "runs", epochs=3, name="clip")
     with pytest.raises(ValueError, match="another config"):
         train(changed, tracking_uri=uri)
+
+
+def test_epochs_auto_stops_on_a_plateau_tests_the_best_weights_and_resumes_its_count(
+    small_toyworld, tmp_path
+) -> None:
+    """``xmr train --epochs auto --patience 3 --min-delta 600`` (no evaluation can gain 600
+    RSUM points, so the count starts at the first evaluation and the run stops at epoch 4),
+    stopped by SIGTERM after epoch 2's checkpoint and run again: the second process resumes
+    the same MLflow run with the plateau's count (a fresh count would stop at epoch 6, the
+    cap); the run tests the weights of the best val evaluation (``last.pt`` holds them, equal
+    to ``best.pt``, and `xmr eval` on them gives the final metrics); its stop epoch, best
+    epoch and reason are logged."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    env.pop("RAY_ADDRESS", None)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = [sys.executable, "-m", "xmr.cli", "train", "--data", str(small_toyworld),
+               "--batch-size", "16", "--epochs", "auto", "--patience", "3", "--min-delta", "600",
+               "--max-epochs", "6", "--storage", str(tmp_path / "runs"), "--name", "auto",
+               "--tracking-uri", uri]  # fmt: skip
+    first = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    second_checkpoint = tmp_path / "runs" / "auto" / "epoch_0002"
+    deadline = time.monotonic() + 600
+    while not second_checkpoint.is_dir() and first.poll() is None:
+        assert time.monotonic() < deadline, "no second checkpoint in 10 minutes"
+        time.sleep(0.1)
+    first.send_signal(signal.SIGTERM)
+    log, _ = first.communicate(timeout=300)
+    assert first.returncode == 143, log[-4000:]
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("xmr/train/toyworld").experiment_id])
+    assert run.info.status == "KILLED"
+    assert "epoch 1/≤6 | loss" in log
+
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:]
+    resumed = client.get_run(run.info.run_id)
+    assert resumed.info.status == "FINISHED"
+    rsum = {}
+    for metric in [f"val/recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]:
+        for point in client.get_metric_history(run.info.run_id, metric):
+            rsum[point.step] = rsum.get(point.step, 0.0) + 100 * point.value
+    assert sorted(rsum) == [1, 2, 3, 4]  # each epoch evaluated once, none after the stop
+    best_epoch = max(rsum, key=lambda epoch: (rsum[epoch], -epoch))  # the first of the best
+    metrics = resumed.data.metrics
+    assert (metrics["train/stopped_epoch"], metrics["train/plateaued"]) == (4, 1)
+    assert metrics["train/best_epoch"] == best_epoch
+    reason = resumed.data.tags["xmr.stop_reason"]
+    assert f"stopped at epoch 4, tested with the best epoch's weights (epoch {best_epoch})" in (
+        reason
+    )
+    assert reason in done.stdout
+    assert resumed.data.params["train.epochs"] == "auto"
+    assert resumed.data.params["train.patience"] == "3"
+    last = torch.load(tmp_path / "runs" / "auto" / "last.pt", weights_only=True)["model"]
+    best = torch.load(tmp_path / "runs" / "auto" / "best.pt", weights_only=True)["model"]
+    assert all(torch.equal(last[key], best[key]) for key in best)
+    spec = ModelSpec.from_checkpoint(tmp_path / "runs" / "auto" / "last.pt")
+    evaluated = evaluate(
+        EvalConfig(model=spec, dataset="toyworld", data=small_toyworld, split="test"),
+        model=create_model(spec),
+    ).metrics
+    for key in ("test/recall_t2i_at_1", "test/recall_i2t_at_5", "test/odmap_at_1"):
+        assert evaluated[key] == pytest.approx(metrics[f"final/{key}"]), key
 
 
 STEPS = 60  # of the killed-worker run: about 40 in its first epoch, the rest in its second

@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from xmr.cli import app, main
-from xmr.train.config import resolve_config
+from xmr.train.config import TrainConfig, resolve_config
+from xmr.train.convergence import Convergence
 from xmr.train.options import SeedOptions, TrainOptions
 from xmr.train.seeds import seed_statistics
 
@@ -31,6 +32,28 @@ def test_steps_replace_epochs_in_the_run_name_and_exclude_them(tmp_path) -> None
         TrainOptions(steps=0)
 
 
+def test_epochs_auto_is_a_capped_run_evaluated_every_epoch_with_its_own_name(tmp_path) -> None:
+    """``--epochs auto``: the cap is the run's epochs, the val split is evaluated every epoch
+    (or every --eval-every), the stopping rule and the cadence enter the name (a fixed-epoch
+    run's name does not change), and the params say ``auto``; --steps with it is refused."""
+    auto = TrainOptions(epochs="auto", storage=tmp_path).config()
+    assert (auto.epochs, auto.eval_every) == (30, 1)
+    assert auto.convergence == Convergence(patience=3, min_delta=0.5, max_epochs=30)
+    capped = TrainOptions(epochs="auto", max_epochs=12, patience=2, storage=tmp_path).config()
+    assert capped.epochs == 12 and capped.fingerprint() != auto.fingerprint()
+    every_second = TrainOptions(epochs="auto", eval_every=2, storage=tmp_path).config()
+    assert every_second.fingerprint() != auto.fingerprint()
+    fixed = TrainOptions(epochs=30, storage=tmp_path).config()
+    assert fixed.fingerprint() != auto.fingerprint()
+    assert replace(fixed, eval_every=1).fingerprint() == fixed.fingerprint()
+    assert auto.params()["train.epochs"] == "auto" and auto.params()["train.max_epochs"] == "30"
+    assert TrainConfig.from_dict(auto.to_dict()) == auto
+    old_record = {k: v for k, v in fixed.to_dict().items() if k != "convergence"}
+    assert TrainConfig.from_dict(old_record) == fixed  # a record written before the field
+    with pytest.raises(ValueError, match="--steps and --epochs exclude each other"):
+        TrainOptions(steps=7, epochs="auto").config()
+
+
 def test_a_seed_group_is_named_without_its_seed(tmp_path) -> None:
     seeds = [resolve_config("clip", seed=seed, storage=tmp_path) for seed in (0, 1)]
     assert seeds[0].default_name() != seeds[1].default_name()
@@ -47,6 +70,9 @@ def test_a_seed_group_is_named_without_its_seed(tmp_path) -> None:
         (["--seeds", "0,0"], "error: --seeds takes comma-separated integers >= 0, each once"),
         (["--seeds", "0,-1"], "error: --seeds takes comma-separated integers >= 0, each once"),
         (["--steps", "5", "--epochs", "2"], "error: --steps and --epochs exclude each other"),
+        (["--epochs", "soon"], "error: --epochs takes a number of epochs >= 1 or 'auto'"),
+        (["--patience", "2"], "error: --patience applies to --epochs auto"),
+        (["--epochs", "auto", "--patience", "0"], "error: --patience must be >= 1, got 0"),
     ],
 )
 def test_contradicting_run_flags_are_refused_in_one_line(

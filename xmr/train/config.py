@@ -17,6 +17,7 @@ from xmr.models import ModelSpec
 from xmr.models.losses import LossConfig
 from xmr.options import check_options, resolve_paths
 from xmr.storage import StoragePath, storage_path
+from xmr.train.convergence import AUTO, Convergence
 from xmr.train.options import DEFAULT_STORAGE, TrainOptions
 from xmr.train.precision import check_precision
 
@@ -116,6 +117,10 @@ class TrainConfig:
     that many, the last epoch cut short, and :func:`~xmr.train.run.train` sets ``epochs`` to
     the epochs they need, ``ceil(steps / steps per epoch)`` (steps per epoch depend on the
     data); ``None``: ``epochs`` full epochs.
+
+    ``convergence`` (``--epochs auto``) trains until the validation score levels off
+    (:mod:`xmr.train.convergence`); ``epochs`` is then its ``max_epochs``, and the run
+    evaluates every ``eval_every`` epochs (at least 1), which then enters the run's hash.
     """
 
     model: ModelSpec
@@ -123,6 +128,7 @@ class TrainConfig:
     batch_size: int
     optim: OptimConfig
     steps: int | None = None  # total optimiser steps (None: epochs × steps per epoch)
+    convergence: Convergence | None = None  # --epochs auto: stop on a plateau of val RSUM
     dataset: str = "toyworld"
     data: StoragePath | None = None  # None: the embedded default ToyWorld
     split: str = "train"
@@ -155,6 +161,14 @@ class TrainConfig:
                 f"({self.workers} workers × --accum-steps {self.accum_steps})"
             )
         check_precision(self.precision)
+        if self.convergence is not None:
+            if self.steps is not None:
+                raise ValueError("--steps and --epochs auto exclude each other")
+            if self.epochs != self.convergence.max_epochs or self.eval_every < 1:
+                raise ValueError(
+                    "--epochs auto trains up to --max-epochs and evaluates every --eval-every "
+                    f"(>= 1) epochs; got epochs {self.epochs}, eval_every {self.eval_every}"
+                )
         if self.synth_ratio is not None and self.synth is None:
             raise ValueError("--synth-ratio needs --synth (a D′ folder from `xmr synth`)")
         if not self.hard_negatives and self.synth is None:
@@ -192,11 +206,16 @@ class TrainConfig:
         """Hash of what decides the trained weights (not where or how fast it runs).
 
         ``hard_negatives`` enters only when off, ``synth_only`` only when on, ``precision``
-        only when not fp32 and ``steps`` only when set (then ``epochs``, which follows from
-        it, does not), so runs named before the flags existed keep their names. ``seeded``
+        only when not fp32, ``steps`` only when set (then ``epochs``, which follows from
+        it, does not) and ``convergence`` only when set (with ``eval_every``, which decides
+        where it stops), so runs named before the flags existed keep their names. ``seeded``
         False: without the seed, the hash of a group of runs over seeds (``--seeds``).
         """
         keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
+        if self.convergence is None:
+            del keep["convergence"]
+        else:
+            keep["eval_every"] = self.eval_every
         if self.hard_negatives:
             del keep["hard_negatives"]
         if not self.synth_only:
@@ -232,6 +251,8 @@ class TrainConfig:
         data["model"] = ModelSpec(**data["model"])
         data["optim"] = OptimConfig(**data["optim"])
         data["loss"] = LossConfig(**data["loss"])
+        if data.get("convergence") is not None:  # absent in records older than the field
+            data["convergence"] = Convergence(**data["convergence"])
         for key in ("data", "synth", "storage"):
             data[key] = None if data[key] is None else storage_path(data[key])
         data["ks"] = tuple(data["ks"])
@@ -250,7 +271,8 @@ class TrainConfig:
             "data.synth_ratio": "all" if self.synth_ratio is None else str(self.synth_ratio),
             "data.hard_negatives": str(self.hard_negatives),
             "data.synth_only": str(self.synth_only),
-            "train.epochs": str(self.epochs),
+            "train.epochs": str(self.epochs) if self.convergence is None else AUTO,
+            **(self.convergence.params() if self.convergence is not None else {}),
             "train.steps": "none" if self.steps is None else str(self.steps),
             "train.batch_size": str(self.batch_size),
             "train.precision": self.precision,
@@ -273,7 +295,10 @@ def resolve_config(
     arch: str | None = None,
     pretrained: str | None = None,
     init: StoragePath | None = None,
-    epochs: int | None = None,
+    epochs: int | str | None = None,
+    patience: int | None = None,
+    min_delta: float | None = None,
+    max_epochs: int | None = None,
     steps: int | None = None,
     batch_size: int | None = None,
     lr: float | None = None,
@@ -287,13 +312,27 @@ def resolve_config(
     On ToyWorld with no ``pretrained`` tag given, the :data:`TOYWORLD` presets apply;
     otherwise :data:`PAPER_DEFAULTS`. ``pretrained="none"`` forces random init. A value given,
     zero included, is kept (and refused when out of bounds), never replaced by the default.
-    ``steps`` and ``epochs`` exclude each other (the steps decide the epochs).
+    ``steps`` and ``epochs`` exclude each other (the steps decide the epochs); ``epochs``
+    ``"auto"`` trains to convergence, stopped by ``patience``, ``min_delta`` and
+    ``max_epochs`` (:class:`~xmr.train.convergence.Convergence`'s defaults for those unset),
+    evaluating every epoch unless ``eval_every`` says otherwise.
     """
     if steps is not None and epochs is not None:
         raise ValueError(
             "--steps and --epochs exclude each other: --steps N trains N optimiser steps, "
             "over the epochs they need"
         )
+    stopping = {"patience": patience, "min_delta": min_delta, "max_epochs": max_epochs}
+    given = {key: value for key, value in stopping.items() if value is not None}
+    convergence = None
+    if epochs == AUTO:
+        convergence = Convergence(**given)
+        epochs = convergence.max_epochs
+        fields["eval_every"] = fields.get("eval_every") or 1
+    elif given:
+        flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ValueError(f"{flags} {verb} to --epochs auto (training to convergence)")
     table = PAPER_DEFAULTS if dataset != "toyworld" or pretrained is not None else TOYWORLD
     if family not in table:
         raise ValueError(f"unknown model family {family!r}; choose from {sorted(table)}")
@@ -314,6 +353,7 @@ def resolve_config(
         loss=LossConfig(fair_alpha=fair_alpha, max_violation=violation),
         epochs=defaults.epochs if epochs is None else epochs,
         steps=steps,
+        convergence=convergence,
         batch_size=defaults.batch_size if batch_size is None else batch_size,
         optim=optim,
         dataset=dataset,

@@ -6,11 +6,15 @@ the family's objective over the global batch (DDP across workers), evaluate on r
 due, and report metrics with a checkpoint (rank 0 writes it). A restarted worker group, or a
 rerun with the same run name, resumes from the latest checkpoint: weights, optimiser,
 scheduler, epoch and best score.
+
+A run trained to convergence (``--epochs auto``, :mod:`xmr.train.convergence`) keeps the
+count of evaluations without a gain in its checkpoints; once it stops, rank 0 takes back the
+weights of the best evaluation (kept in memory, or after a restart read from the run's
+``best.pt``) before the test evaluation, and the run's last checkpoint holds them.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import re
 import tempfile
@@ -46,6 +50,7 @@ from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
 from xmr.train.accumulate import accumulated_backward, average_gradients
 from xmr.train.config import TrainConfig
+from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, Plateau
 from xmr.train.loader import batches_of, slots_of_steps
 from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import autocast, check_precision, grad_scaler
@@ -166,7 +171,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     total_steps = config.total_steps(steps_per_epoch)
     scheduler = make_scheduler(optimizer, config.optim, steps_per_epoch, total_steps)
     scaler = grad_scaler(config.precision, device)
-    start_epoch, best = 0, -math.inf
+    start_epoch, plateau = 0, Plateau()
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
@@ -176,7 +181,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state.get("scaler", {}))
-        start_epoch, best = int(state["epoch"]), float(state["best"])
+        start_epoch = int(state["epoch"])
+        plateau = Plateau.from_state(state) if "plateau" in state else Plateau(state["best"])
     # To the device; DDP when there are several ranks. A loss may leave parts of the model
     # without gradient in a step (BLIP with itm_weight 0, EI-CLIP's absent entity groups).
     objective = ray.train.torch.prepare_model(
@@ -186,7 +192,10 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     # Every rank, before it first asks for a batch: the loader skips the epochs already done.
     ray.get(loop_config["clock"].set.remote(start_epoch))
     decoded = batches_of(ray.train.get_dataset_shard("train"), PREFETCH_BATCHES)
-    for epoch in range(start_epoch, config.epochs):
+    convergence = config.convergence
+    stopped = convergence is not None and plateau.plateaued(convergence.patience)
+    best_weights: dict[str, torch.Tensor] | None = None  # rank 0, converging: the best epoch's
+    for epoch in range(start_epoch, 0 if stopped else config.epochs):
         epoch_steps = config.steps_in_epoch(epoch, steps_per_epoch)
         # this worker's share of the epoch's slots (every worker gets as many)
         per_worker = slots_of_steps(config, epoch_steps) // context.get_world_size()
@@ -197,7 +206,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         first_step = (0.0, 0)  # seconds to the end of the first step, pairs by then
         pair_rows = [0, 0]  # rows of a hard-negative pair, those batched with their partner
         bar = (
-            _epoch_progress(loop_config["progress"], epoch_steps, epoch, config.epochs)
+            _epoch_progress(loop_config["progress"], epoch_steps, _epoch_label(epoch, config))
             if rank == 0
             else None
         )
@@ -255,14 +264,36 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                 torch.distributed.all_reduce(pairs)
             if pairs[0] > 0:
                 metrics["train/pairs_together"] = float(pairs[1] / pairs[0])
-        last = epoch + 1 == config.epochs
         per_query: dict[str, QueryValues] = {}  # the final test evaluation's, for xmr compare
+        improved = False
         if rank == 0:
             if config.eval_every and (epoch + 1) % config.eval_every == 0:
                 scores, _ = run_eval(
                     model, config, data_root, config.eval_split, ("recall", "bias"), products
                 )
                 metrics.update(scores)
+            score = selection_score(metrics, config.eval_split)
+            if score is not None:
+                improved = plateau.observe(
+                    score, epoch + 1, min_delta=convergence.min_delta if convergence else 0.0
+                )
+            if convergence is not None:
+                if improved:  # a copy on the CPU: the device keeps only the training weights
+                    best_weights = _cpu_copy(model.state_dict())
+                stopped = plateau.plateaued(convergence.patience)
+        if convergence is not None and context.get_world_size() > 1:  # rank 0 decides
+            flag = torch.tensor([int(stopped)], device=device)
+            torch.distributed.broadcast(flag, src=0)
+            stopped = bool(flag.item())
+        last = stopped or epoch + 1 == config.epochs
+        if rank == 0:
+            if last and convergence is not None:
+                _restore_best(model, plateau.best_epoch, epoch + 1, best_weights, config)
+                metrics.update({
+                    BEST_EPOCH: plateau.best_epoch or epoch + 1,
+                    STOPPED_EPOCH: epoch + 1,
+                    PLATEAUED: float(stopped),
+                })  # fmt: skip
             if last:
                 scores, per_query = run_eval(
                     model, config, data_root, config.test_split, ("recall", "odmap", "bias"),
@@ -273,14 +304,15 @@ def train_loop(loop_config: dict[str, Any]) -> None:
                     scores, items = run_binding(model, config, data_root)
                     metrics.update(scores)
                     per_query.update(items)
-            score = selection_score(metrics, config.eval_split)
-            improved = score is not None and score > best
-            best = max(best, score) if score is not None else best
+                if convergence is None and score is None:  # the selection split tested last
+                    score = selection_score(metrics, config.eval_split)
+                    improved = score is not None and plateau.observe(score, epoch + 1, min_delta=0)
             metrics["improved"] = float(improved)
             print(_epoch_line(metrics, config), flush=True)
             state = {
                 "epoch": epoch + 1,
-                "best": best,
+                "best": plateau.best,
+                "plateau": plateau.to_state(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "scaler": scaler.state_dict(),
@@ -297,6 +329,31 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             ray.train.report(
                 metrics, checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{epoch + 1:04d}"
             )
+        if stopped:
+            break
+
+
+def _cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {key: value.detach().to("cpu", copy=True) for key, value in state.items()}
+
+
+def _restore_best(
+    model: RetrievalModel,
+    best_epoch: int,
+    epoch: int,
+    weights: dict[str, torch.Tensor] | None,
+    config: TrainConfig,
+) -> None:
+    """Take back the weights of epoch ``best_epoch`` (``weights``, or when a restart lost
+    them the run's ``best.pt``, which the driver exported from that epoch's checkpoint); no
+    change when ``epoch``'s weights are the best, or nothing was evaluated."""
+    if best_epoch in (0, epoch):
+        return
+    if weights is not None:
+        model.module.load_state_dict(weights)
+    else:
+        model.load_checkpoint(config.storage / config.name / "best.pt")
+    print(f"epoch {epoch}: back to epoch {best_epoch}'s weights, the best on {config.eval_split}")
 
 
 def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
@@ -310,10 +367,15 @@ def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
             group = []
 
 
-def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | ProgressLines:
-    """Rank 0's progress through an epoch of ``steps`` steps: ``style`` ``"bar"`` (the
-    driver's terminal draws it) or ``"lines"`` (a line per tenth, for a log)."""
-    desc = f"epoch {epoch + 1}/{epochs}"
+def _epoch_label(epoch: int, config: TrainConfig) -> str:
+    """``epoch 3/8``, or ``epoch 3/≤30`` for a run that stops when it converges."""
+    cap = "≤" if config.convergence is not None else ""
+    return f"epoch {epoch + 1}/{cap}{config.epochs}"
+
+
+def _epoch_progress(style: str, steps: int, desc: str) -> tqdm | ProgressLines:
+    """Rank 0's progress through an epoch of ``steps`` steps, headed ``desc``: ``style``
+    ``"bar"`` (the driver's terminal draws it) or ``"lines"`` (a line per tenth, for a log)."""
     if style == "bar":
         return tqdm(total=steps, desc=desc)
     return ProgressLines(steps, desc, unit="steps")
@@ -322,7 +384,7 @@ def _epoch_progress(style: str, steps: int, epoch: int, epochs: int) -> tqdm | P
 def _epoch_line(metrics: dict[str, float], config: TrainConfig) -> str:
     """One line per epoch: loss, throughput, and the evaluation when there was one."""
     parts = [
-        f"epoch {int(metrics['epoch'])}/{config.epochs}",
+        _epoch_label(int(metrics["epoch"]) - 1, config),
         f"loss {metrics.get('train/loss', float('nan')):.4f}",
         f"{metrics['train/samples_per_s']:.0f} pairs/s",
     ]

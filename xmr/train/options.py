@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from xmr.data.registry import DATASETS
 from xmr.options import check_name, check_options, option, resolve_paths
 from xmr.storage import StoragePath
+from xmr.train.convergence import AUTO
 
 if TYPE_CHECKING:
     from xmr.train.config import TrainConfig
@@ -52,7 +53,22 @@ class TrainOptions:
     fair_alpha: float = option(
         0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
     )
-    epochs: int | None = option(None, "Epochs (default: the family's).", ge=1)
+    epochs: int | str | None = option(
+        None,
+        "Epochs, or 'auto': until the val split's RSUM levels off (see --patience, "
+        "--min-delta, --max-epochs), then test the best epoch's weights (default: the "
+        "family's number).",
+        cli_type=str,
+    )
+    patience: int | None = option(
+        None, "--epochs auto: evaluations without a gain before it stops (default: 3).", ge=1
+    )
+    min_delta: float | None = option(
+        None, "--epochs auto: the RSUM gain that counts, in points of 600 (default: 0.5).", ge=0
+    )
+    max_epochs: int | None = option(
+        None, "--epochs auto: stop here even while RSUM still rises (default: 30).", ge=1
+    )
     steps: int | None = option(
         None,
         "Total optimiser steps (default: epochs × steps per epoch): training stops after N, "
@@ -103,6 +119,7 @@ class TrainOptions:
     max_failures: int = option(2, "Worker-group restarts from the last checkpoint.", ge=0)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "epochs", parse_epochs(self.epochs))
         check_options(self)
         check_name(self.name)
         resolve_paths(self)
@@ -117,6 +134,24 @@ class TrainOptions:
 
         fields = {**asdict(self), "name": self.name or "", "seed": self.seed or 0}
         return resolve_config(fields.pop("model"), **fields)
+
+
+def parse_epochs(value: int | str | None) -> int | str | None:
+    """``--epochs``: a number of epochs >= 1, or ``"auto"`` (train to convergence).
+
+    >>> parse_epochs("3"), parse_epochs("auto"), parse_epochs(None)
+    (3, 'auto', None)
+    >>> parse_epochs("0")
+    Traceback (most recent call last):
+    ValueError: --epochs takes a number of epochs >= 1 or 'auto', got '0'
+    """
+    if value is None or value == AUTO:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+        return int(value)
+    raise ValueError(f"--epochs takes a number of epochs >= 1 or {AUTO!r}, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from xmr.tracking import (
     write_run_record,
 )
 from xmr.train.config import TrainConfig
+from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, stop_reason
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
 from xmr.train.loader import StartClock, training_dataset, training_plan
 from xmr.train.loop import MODEL_FILE, train_loop
@@ -60,6 +61,7 @@ from xmr.train.loop import MODEL_FILE, train_loop
 RUN_FILE = "xmr_run.json"
 RUN_ID_KEY = "mlflow_run_id"  # the MLflow run's id in RUN_FILE
 FINAL_METRICS_KEY = "final_metrics"  # in RUN_FILE once training has finished
+STOP_REASON_TAG = "xmr.stop_reason"  # why a run trained with --epochs auto stopped where it did
 TRAIN_PRINT_PATCH = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train passes it on to the workers
 
 
@@ -264,7 +266,11 @@ def train(
 
     With ``config.steps`` the run stops after that many optimiser steps, its epochs set here
     from the data (:func:`_run_length`); every run logs its total as the param
-    ``train.total_steps`` and, per epoch, ``train/global_step``.
+    ``train.total_steps`` (with ``config.convergence``, the cap's) and, per epoch,
+    ``train/global_step``. With ``config.convergence`` (``--epochs auto``) it stops when the
+    validation score levels off and is tested with its best epoch's weights; the final
+    metrics hold ``train/best_epoch``, ``train/stopped_epoch`` and ``train/plateaued``, and
+    the tag ``xmr.stop_reason`` says why in words.
 
     The same config again (same ``name`` and storage, same store) resumes an unfinished run
     from its last checkpoint; a finished one comes back at once with its recorded final
@@ -389,6 +395,16 @@ def train(
         run.set_tag("xmr.checkpoint", str(last))
         if best.is_file():
             run.set_tag("xmr.best_checkpoint", str(best))
+        if config.convergence is not None and BEST_EPOCH in metrics:
+            reason = stop_reason(
+                config.convergence,
+                split=config.eval_split,
+                best_epoch=int(metrics[BEST_EPOCH]),
+                stopped_epoch=int(metrics[STOPPED_EPOCH]),
+                plateaued=bool(metrics[PLATEAUED]),
+            )
+            print(f"{config.name}: {reason}")
+            run.set_tag(STOP_REASON_TAG, reason)
         if not run.has_dataset_inputs():
             _log_inputs(run, data, config, root)
     record = {"config": config.to_dict(), FINAL_METRICS_KEY: metrics}
