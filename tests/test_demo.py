@@ -1,5 +1,6 @@
-"""`xmr demo` end to end on a small ToyWorld: the ODmAP job (D′, D-only and D ∪ D′ runs, the
-comparison) as one MLflow run with a child per step, and its resumption."""
+"""`xmr demo` end to end on a small ToyWorld: the ODmAP job (D′, the D ∪ D′ run, the D run
+matched to its optimiser steps, the comparison) as one MLflow run with a child per step, and
+its resumption."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def test_demo_runs_the_odmap_job_and_a_rerun_skips_every_step(
     assert all(r.data.tags["mlflow.parentRunId"] == job.info.run_id for r in children.values())
     assert all(r.info.status == "FINISHED" for r in runs)
     assert children["train-d"].data.params["data.synth"] == "none"
+    # The control trains as many optimiser steps as the D ∪ D′ run took (read from that run).
+    treated = children["train-d-dprime"].data
+    steps = int(treated.metrics["train/global_step"])
+    assert treated.params["train.epochs"] == "1" and treated.params["train.total_steps"] == str(
+        steps
+    )
+    control = children["train-d"].data
+    assert control.params["train.steps"] == control.params["train.total_steps"] == str(steps)
+    assert control.metrics["train/global_step"] == steps
+    assert f"D ∪ D′ vs D at equal optimiser steps ({steps} each)" in result.output
+    assert "D, same steps" in result.output and "D, same epochs" not in result.output
     assert children["train-d-dprime"].data.params["data.synth"] == str(workdir / "dprime")
     assert children["train-d-dprime"].data.tags["xmr.demo"] == "seed0"
     comparison = json.loads((workdir / "steps" / "compare.json").read_text())["metrics"]

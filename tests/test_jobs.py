@@ -232,11 +232,22 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
         f"job small in {folder}",
         f"$ xmr data toyworld --out {folder / 'world'} --seed 0",
         f"--synth {folder / 'dprime'} --name train-d-dprime",
+        "--name train-d --steps <train-d-dprime's steps>",  # the control: D ∪ D′'s steps
         "MLflow: experiment xmr/jobs/odmap on sqlite:///",
     ):
         assert line in dry.stdout
+    plan = dry.stdout.split("\n== ")[0]
+    assert plan.index("train-d-dprime") < plan.index("--name train-d ")  # D ∪ D′ first
     assert dry.stdout.count("to do") == 5
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "mlflow.db").exists()
+    paper = _odmap(tmp_path, "--dry-run", "--epochs", "1", "--equal-epochs", "--name", "paper")
+    assert "--epochs 1 --name train-d-epochs" in " ".join(paper.stdout.split())
+    assert paper.stdout.count("to do") == 6
+    converged = _odmap(tmp_path, "--dry-run", "--converged", "--max-epochs", "9", "--name", "c")
+    flat = " ".join(converged.stdout.split())
+    assert "--epochs auto --max-epochs 9 --synth" in flat
+    assert "--epochs auto --max-epochs 9 --name train-d " in flat
+    assert "--steps" not in flat and converged.stdout.count("to do") == 5
 
 
 @pytest.mark.parametrize(
@@ -248,6 +259,8 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
         (["--model", "resnet"], "error: unknown model family 'resnet'"),
         (["--data", "/nonexistent", "--dry-run"], "error: --data /nonexistent is not a folder"),
         (["--name", "../../x"], "error: --name '../../x' must be one folder name"),
+        (["--converged", "--epochs", "2"], "error: --converged trains each run until it levels"),
+        (["--patience", "2"], "error: --patience and --max-epochs apply to --converged"),
     ],
 )
 def test_the_odmap_job_refuses_bad_options_before_any_step(

@@ -5,10 +5,11 @@ cluster) at laptop size, in ``--workdir``:
 
 1. Build D′ from the default ToyWorld's train split (cached; no download): box masks + Telea
    inpainting, noun-phrase removal captions.
-2. Train ``xmr-tiny`` CLIP from scratch on D, and on D ∪ D′, with the same seed and budget;
-   each run ends with the test-split evaluation (Recall@K both ways, ODmAP@K on exact
+2. Train ``xmr-tiny`` CLIP from scratch on D ∪ D′ for 3 epochs, and on D for as many
+   optimiser steps (or, ``converged``, both until their val RSUM levels off), with the same
+   seed; each run ends with the test-split evaluation (Recall@K both ways, ODmAP@K on exact
    counterfactual renders, Bias@K).
-3. Compare them side by side.
+3. Compare them side by side: the change D′ makes beyond the training budget, on one seed.
 
 The job is one MLflow run in ``xmr/jobs/odmap`` with a child run per step; rerunning skips the
 finished steps and resumes an interrupted one.
@@ -36,12 +37,17 @@ def demo_job(
     cpus_per_worker: int = 2,
     progress: bool = True,
     data: StoragePath | None = None,
+    converged: bool = False,
+    equal_epochs: bool = False,
 ) -> Job:
     """The demo's job in ``workdir``, on ``data`` (another ToyWorld folder, from ``xmr data
-    toyworld``, a path or ``s3://…``) or the default ToyWorld."""
+    toyworld``, a path or ``s3://…``) or the default ToyWorld: D ∪ D′ for ``epochs`` against
+    D at its steps (``equal_epochs``: and D for ``epochs`` too), or ``converged`` both trained
+    until they level off (``epochs`` unused)."""
     check_data_folder("toyworld", data)
     world = data or default_toyworld(seed, progress=progress)
-    options = ODmAPJobOptions(data=world, epochs=epochs, seed=seed, cpus_per_worker=cpus_per_worker)
+    budget = {"converged": True} if converged else {"epochs": epochs, "equal_epochs": equal_epochs}
+    options = ODmAPJobOptions(data=world, seed=seed, cpus_per_worker=cpus_per_worker, **budget)
     steps = odmap_steps(options, workdir, {"xmr.demo": f"seed{seed}"})
     return Job("odmap", f"demo-seed{seed}", workdir, job_params(options), steps, odmap_report)
 
@@ -56,6 +62,8 @@ def run_demo(
     cpus_per_worker: int = 2,
     progress: bool = True,
     data: StoragePath | None = None,
+    converged: bool = False,
+    equal_epochs: bool = False,
 ) -> JobResult:
     """Run (or resume) the demo in ``workdir``: D′ in ``workdir/dprime``, runs in
     ``workdir/runs``, the comparison in ``workdir/comparison.csv``."""
@@ -66,5 +74,7 @@ def run_demo(
         cpus_per_worker=cpus_per_worker,
         progress=progress,
         data=data,
+        converged=converged,
+        equal_epochs=equal_epochs,
     )
     return run_job(job, tracking_uri=tracking_uri, address=address, console=Console())

@@ -115,23 +115,39 @@ def synth_step(
 
 
 def train_step(
-    name: str, summary: str, family: str, values: Mapping[str, Any], tags: Mapping[str, str]
+    name: str,
+    summary: str,
+    family: str,
+    values: Mapping[str, Any],
+    tags: Mapping[str, str],
+    *,
+    steps_of: str | None = None,
 ) -> Step:
     """Train (``xmr train``) the model ``family`` with ``values``, the fields of
     :func:`~xmr.train.config.resolve_config` by name; the run is named ``name`` and its folder
     is ``<storage>/<name>``. The outcome's metrics are the run's final test-split metrics (the
-    evaluation ``xmr train`` ends with: Recall@K both ways, ODmAP@K, Bias@K).
+    evaluation ``xmr train`` ends with: Recall@K both ways, ODmAP@K, Bias@K) and how long it
+    trained: ``train/global_step`` (its optimiser steps) and, trained with ``--epochs auto``,
+    ``train/best_epoch`` and ``train/stopped_epoch``.
+
+    ``steps_of``: an earlier training step whose run's optimiser steps this one trains
+    (``--steps``, read from that step's outcome when this one runs): a control matched to
+    another run's budget, whatever that run's data made of its epochs.
 
     Raises:
         ValueError: an unknown family or values out of bounds (checked now).
     """
     from xmr.train.config import resolve_config
+    from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
 
-    config = resolve_config(family, **{**values, "name": name})
+    planned = {**values, "name": name}
+    resolve_config(family, **planned, **({"steps": 1} if steps_of else {}))  # checked now
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.train.run import train
 
+        steps = {"steps": matched_steps(context, steps_of)} if steps_of else {}
+        config = resolve_config(family, **planned, **steps)
         result = train(
             config,
             address=context.address,
@@ -140,16 +156,39 @@ def train_step(
             experiment=context.experiment,
             parent_run_id=context.parent_run_id,
         )
+        length = (GLOBAL_STEP, BEST_EPOCH, STOPPED_EPOCH)
         final = {
             key: value
             for key, value in result.metrics.items()
-            if key.startswith(f"{config.test_split}/")
+            if key.startswith(f"{config.test_split}/") or key in length
         }
         outputs = {"run": str(result.run_dir), "checkpoint": str(result.last_checkpoint)}
         return StepOutcome(result.mlflow_run_id, final, outputs)
 
-    command = command_line("xmr train", {"model": family, **values, "name": name})
+    command = command_line("xmr train", {"model": family, **planned})
+    if steps_of:
+        command += f" --steps <{steps_of}'s steps>"
     return Step(name, summary, command, run)
+
+
+GLOBAL_STEP = "train/global_step"
+"""A training step's optimiser steps, in its outcome (what ``steps_of`` matches)."""
+
+
+def matched_steps(context: StepContext, step: str) -> int:
+    """The optimiser steps that the earlier training step ``step`` ran (its outcome's
+    :data:`GLOBAL_STEP`, read from its run).
+
+    Raises:
+        RuntimeError: ``step`` has not run, or its record predates the step count.
+    """
+    outcome = context.outcomes.get(step)
+    if outcome is None or GLOBAL_STEP not in outcome.metrics:
+        raise RuntimeError(
+            f"{step} recorded no optimiser step count ({GLOBAL_STEP}) to match: remove "
+            f"{context.folder / 'steps' / f'{step}.json'} to train it again"
+        )
+    return int(outcome.metrics[GLOBAL_STEP])
 
 
 def eval_step(

@@ -1,17 +1,26 @@
-"""The ODmAP paper's experiment as a job (tables 1–2): build D′ → train on D and on D ∪ D′ →
+"""The ODmAP paper's experiment as a job (tables 1–2): build D′ → train on D ∪ D′ and on D →
 compare their test metrics (ODmAP@K, Recall@K both ways, Bias@K).
+
+D ∪ D′ has more pairs than D, so the same epochs of it are more optimiser steps, and models
+that are still improving gain from the steps alone. The job therefore compares at equal
+optimiser steps by default (D trained for as many steps as the D ∪ D′ run took, read from that
+run), or with ``--converged`` with both trained until their validation score levels off; the
+paper's equal-epochs D run is a column beside the headline with ``--equal-epochs``.
 
 Steps, in the job's folder:
 
 1. ``world`` (ToyWorld without ``--data`` only): generate the world into ``world/``.
 2. ``synth``: D′ of the train split into ``dprime/`` (``xmr synth``: box masks, the fill,
    noun-phrase removal captions).
-3. ``train-d``: the model on D (``runs/train-d``); training ends with the test-split
-   evaluation.
-4. ``train-d-dprime``: the same model, seed and budget on D ∪ D′ (``runs/train-d-dprime``).
-5. ``compare``: both runs' test metrics side by side with the change and its paired bootstrap
-   interval over the same test queries, into ``comparison.csv`` and the job's MLflow run
-   (``d/…``, ``d_dprime/…``, ``delta/…``, ``delta/…_ci_low``, ``delta/…_ci_high``).
+3. ``train-d-dprime``: the model on D ∪ D′ for ``--epochs`` (``runs/train-d-dprime``);
+   training ends with the test-split evaluation.
+4. ``train-d``: the same model and seed on D for the optimiser steps of ``train-d-dprime``
+   (``--steps``; with ``--converged``, both runs ``--epochs auto``).
+5. ``train-d-epochs`` (``--equal-epochs`` only): D for ``--epochs``, as the paper trains it.
+6. ``compare``: the runs' test metrics side by side with the change of D ∪ D′ over the
+   headline D run and its paired bootstrap interval over the same test queries, into
+   ``comparison.csv`` and the job's MLflow run (``d/…`` the headline D run, ``d_epochs/…``,
+   ``d_dprime/…``, ``delta/…``, ``delta/…_ci_low``, ``delta/…_ci_high``).
 
 ``ray_jobs/odmap.py`` submits it to a cluster; ``xmr demo`` runs it on the embedded ToyWorld.
 """
@@ -20,21 +29,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from rich.table import Table
 
 from xmr.data.registry import DATASETS, check_data_root
-from xmr.jobs.commands import synth_step, train_step, world_step
+from xmr.jobs.commands import GLOBAL_STEP, synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.options import check_options, option, resolve_paths
 from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
+from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
 
-CONDITIONS = {"D": "train-d", "D ∪ D′": "train-d-dprime"}
-"""The two training conditions and the steps that train them."""
-_CONDITION_STEPS = {condition: [step] for condition, step in CONDITIONS.items()}
+CONTROL, EQUAL_EPOCHS, TREATED = "train-d", "train-d-epochs", "train-d-dprime"
+"""The training steps: D as the headline compares it (same steps, or converged), D for the
+same epochs (``--equal-epochs``), D ∪ D′."""
 
 ROWS = [
     *(f"recall_i2t_at_{k}" for k in (1, 5, 10)),
@@ -45,8 +56,8 @@ ROWS = [
 """The comparison's metrics (test split), in table order."""
 
 COMPARED = [f"test/{row}" for row in ROWS]
-PREFIXES = {"D": "d", "D ∪ D′": "d_dprime"}
-"""How each condition's metrics are named in the job's run (``d/test/odmap_at_1``)."""
+PREFIXES = {CONTROL: "d", EQUAL_EPOCHS: "d_epochs", TREATED: "d_dprime"}
+"""How each training step's metrics are named in the job's run (``d/test/odmap_at_1``)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,27 @@ class ODmAPJobOptions:
     pretrained: str | None = option(
         None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
     )
-    epochs: int | None = option(None, "Epochs of each training run (default: the family's).", ge=1)
+    epochs: int | None = option(
+        None,
+        "Epochs of the D ∪ D′ run; D trains as many optimiser steps (default: the family's).",
+        ge=1,
+    )
+    converged: bool = option(
+        False,
+        "Train D and D ∪ D′ until their val RSUM levels off (xmr train --epochs auto) and "
+        "compare them there, instead of at equal steps.",
+    )
+    patience: int | None = option(
+        None, "--converged: evaluations without a gain before a run stops (default: 3).", ge=1
+    )
+    max_epochs: int | None = option(
+        None, "--converged: the most epochs a run trains (default: 30).", ge=1
+    )
+    equal_epochs: bool = option(
+        False,
+        "Also train D for --epochs, as the paper does (more steps for D ∪ D′): a column "
+        "beside the headline.",
+    )
     batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
     synth_ratio: float | None = option(
         None, "D′ pairs per pair of D in D ∪ D′ (default: all of D′).", ge=0
@@ -86,7 +117,13 @@ class ODmAPJobOptions:
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         check_data_root(self.dataset, self.data)
-
+        if self.converged and (self.epochs is not None or self.equal_epochs):
+            raise ValueError(
+                "--converged trains each run until it levels off: it takes --max-epochs and "
+                "--patience, not --epochs or --equal-epochs"
+            )
+        if not self.converged and (self.patience is not None or self.max_epochs is not None):
+            raise ValueError("--patience and --max-epochs apply to --converged")
 
 def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
     """The job ``options`` define, in ``<storage>/<name>``; every step's options are checked
@@ -118,36 +155,103 @@ def odmap_steps(
     }  # fmt: skip
     steps.append(synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth))
     train = {
-        "arch": options.arch, "pretrained": options.pretrained, "epochs": options.epochs,
+        "arch": options.arch, "pretrained": options.pretrained,
         "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
         "seed": options.seed, "workers": options.workers,
         "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
         "storage": folder / "runs",
     }  # fmt: skip
-    for condition, step in CONDITIONS.items():
-        values = train
-        if condition != "D":
-            values = {**train, "synth": dprime, "synth_ratio": options.synth_ratio}
-        summary = f"train {options.model} on {condition}, then evaluate it on the test split"
-        steps.append(train_step(step, summary, options.model, values, tags))
+    model = options.model
+    if options.converged:
+        auto = {**train, "epochs": "auto", "patience": options.patience,
+                "max_epochs": options.max_epochs}  # fmt: skip
+        until = "until its val RSUM levels off, then test its best epoch"
+        steps += [
+            train_step(TREATED, f"train {model} on D ∪ D′ {until}", model,
+                       {**auto, "synth": dprime, "synth_ratio": options.synth_ratio}, tags),
+            train_step(CONTROL, f"train {model} on D {until}", model, auto, tags),
+        ]  # fmt: skip
+    else:
+        epochs = {**train, "epochs": options.epochs}
+        steps += [
+            train_step(TREATED, f"train {model} on D ∪ D′, then evaluate it on the test split",
+                       model, {**epochs, "synth": dprime, "synth_ratio": options.synth_ratio},
+                       tags),
+            train_step(CONTROL, f"train {model} on D for as many optimiser steps as D ∪ D′, "
+                       "then test it", model, train, tags, steps_of=TREATED),
+        ]  # fmt: skip
+        if options.equal_epochs:
+            summary = f"train {model} on D for as many epochs as D ∪ D′ (the paper's setting)"
+            steps.append(train_step(EQUAL_EPOCHS, summary, model, epochs, tags))
     compare = "xmr compare --experiment xmr/jobs/odmap"
-    steps.append(Step("compare", "both runs' test metrics side by side", compare, compare_step))
+    conditions = odmap_conditions(converged=options.converged, equal_epochs=options.equal_epochs)
+    steps.append(
+        Step(
+            "compare",
+            "the runs' test metrics side by side",
+            compare,
+            partial(compare_step, conditions=conditions),
+        )
+    )
     return steps
 
 
-def compare_step(context: StepContext) -> StepOutcome:
+def odmap_conditions(*, converged: bool, equal_epochs: bool) -> dict[str, list[str]]:
+    """The comparison's columns (condition -> the step holding its metrics): the headline D
+    run first, D ∪ D′ last (the change is D ∪ D′ − the first), the equal-epochs D run
+    between them when trained.
+
+    >>> list(odmap_conditions(converged=False, equal_epochs=True))
+    ['D, same steps', 'D, same epochs', 'D ∪ D′']
+    """
+    if converged:
+        return {"D, converged": [CONTROL], "D ∪ D′, converged": [TREATED]}
+    conditions = {"D, same steps": [CONTROL]}
+    if equal_epochs:
+        conditions["D, same epochs"] = [EQUAL_EPOCHS]
+    conditions["D ∪ D′"] = [TREATED]
+    return conditions
+
+
+def compare_step(context: StepContext, conditions: Mapping[str, list[str]]) -> StepOutcome:
     """Record the comparison: ``comparison.csv`` in the job's folder, the metrics (``d/…``,
-    ``d_dprime/…``, ``delta/…`` with its interval) and the CSV in the job's MLflow run."""
-    return record_comparison(context, _CONDITION_STEPS, COMPARED, PREFIXES)
+    ``d_epochs/…``, ``d_dprime/…``, ``delta/…`` with its interval) and the CSV in the job's
+    MLflow run."""
+    prefixes = {condition: PREFIXES[steps[0]] for condition, steps in conditions.items()}
+    return record_comparison(context, conditions, COMPARED, prefixes)
 
 
 def odmap_report(outcomes: Mapping[str, StepOutcome]) -> Table:
     """The finished job's comparison table (test split), each change with its paired interval
-    (recorded by the ``compare`` step)."""
-    metrics = condition_metrics(outcomes, _CONDITION_STEPS)
+    (recorded by the ``compare`` step), titled by what it compares: the runs' optimiser steps,
+    or the epochs where converged runs stopped."""
+    conditions = _ran_conditions(outcomes)
+    metrics = condition_metrics(outcomes, conditions)
     return comparison_table(
-        "test split: D vs D ∪ D′", metrics, COMPARED, _label, outcomes.get("compare")
+        _title(outcomes, conditions), metrics, COMPARED, _label, outcomes.get("compare")
     )
+
+
+def _ran_conditions(outcomes: Mapping[str, StepOutcome]) -> dict[str, list[str]]:
+    """The conditions of a finished job, told from the steps it ran."""
+    converged = STOPPED_EPOCH in outcomes[CONTROL].metrics
+    return odmap_conditions(converged=converged, equal_epochs=EQUAL_EPOCHS in outcomes)
+
+
+def _title(outcomes: Mapping[str, StepOutcome], conditions: Mapping[str, list[str]]) -> str:
+    """``test split: D ∪ D′ vs D at equal optimiser steps (585 each)``, or the stop epochs of
+    converged runs."""
+    control, treated = outcomes[CONTROL].metrics, outcomes[TREATED].metrics
+    if STOPPED_EPOCH in control:
+        stops = ", ".join(
+            f"{name} stopped at epoch {int(run[STOPPED_EPOCH])}, tested at {int(run[BEST_EPOCH])}"
+            for name, run in (("D", control), ("D ∪ D′", treated))
+        )
+        return f"test split: D ∪ D′ vs D, each trained until its val RSUM levelled off ({stops})"
+    steps = f"{int(treated.get(GLOBAL_STEP, 0))} each"
+    if EQUAL_EPOCHS in outcomes:
+        steps += f"; D for the same epochs: {int(outcomes[EQUAL_EPOCHS].metrics[GLOBAL_STEP])}"
+    return f"test split: D ∪ D′ vs D at equal optimiser steps ({steps})"
 
 
 def _label(metric: str) -> str:
