@@ -1,5 +1,5 @@
-"""The BiAug paper's experiment as a job (§4–5): build BiAug-D′ → train on D and on
-D ∪ BiAug-D′ with its hard negatives, at equal step counts → compare attribute binding (the
+"""The BiAug paper's experiment as a job (§4–5): build BiAug-D′ → train on D ∪ BiAug-D′ with
+its hard negatives, and on D for as many optimiser steps → compare attribute binding (the
 ToyWorld binding test; ARO and SugarCrepe when given) and retrieval.
 
 Steps, in the job's folder:
@@ -12,10 +12,12 @@ Steps, in the job's folder:
    the annotation boxes (``--boxes gt``) and the world's renderer (``--fill render``); on real
    data the LLM the user names (``--llm``, ``--llm-model``, ...), GroundingDINO and SD
    inpainting. Two captions per image are edited, so D′ holds more than the sample trained on.
-3. ``train-d``: the model on D for ``(1 + r)·E`` epochs (``runs/train-d``): as many steps as
-   the next run, the paper's fair baseline (CLIP-ft, §5).
-4. ``train-d-dprime``: the same model and seed on D and an ``r·|D|`` sample of BiAug-D′, each
-   positive in the batch of its hard negative, for ``E`` epochs (``runs/train-d-dprime``).
+3. ``train-d-dprime``: the model on D and an ``r·|D|`` sample of BiAug-D′, each positive in
+   the batch of its hard negative, for ``E`` epochs (``runs/train-d-dprime``).
+4. ``train-d``: the same model and seed on D for as many optimiser steps as ``train-d-dprime``
+   took (``--steps``, read from that run; about ``(1 + r)·E`` epochs): the paper's fair
+   baseline (CLIP-ft, §5), whose budget matches by steps, whatever the groups' batching made
+   of the epochs (``runs/train-d``).
 5. ``aro-d``, ``aro-d-dprime`` (with ``--aro``), ``sugarcrepe-d``, ``sugarcrepe-d-dprime``
    (with ``--sugarcrepe``): ``xmr eval --benchmark`` on each run's last checkpoint, the JSON
    into ``eval/``.
@@ -52,7 +54,7 @@ from xmr.benchmarks import (
 )
 from xmr.data.registry import DATASETS, check_data_root
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
-from xmr.jobs.commands import eval_step, synth_step, train_step, world_step
+from xmr.jobs.commands import GLOBAL_STEP, eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
     comparison_table,
     condition_metrics,
@@ -97,14 +99,12 @@ class BiAugJobOptions:
     )
     epochs: int | None = option(
         None,
-        "E: epochs of the D ∪ BiAug-D′ run; the D run trains (1 + r)·E, as many steps "
-        "(default: the family's).",
+        "E: epochs of the D ∪ BiAug-D′ run; the D run trains as many optimiser steps, about "
+        "(1 + r)·E epochs (default: the family's).",
         ge=1,
     )
     batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
-    synth_ratio: float = option(
-        0.5, "r: BiAug-D′ pairs trained on per pair of D (a whole (1 + r)·E, see --epochs).", gt=0
-    )
+    synth_ratio: float = option(0.5, "r: BiAug-D′ pairs trained on per pair of D.", gt=0)
     captions_per_image: str = option("2", "Captions of each image BiAug edits: N or 'all'.")
     limit: int | None = option(None, "BiAug-D′ from the first N train images only.", ge=1)
     fill: str | None = option(
@@ -269,32 +269,12 @@ def biaug_job(options: BiAugJobOptions, job: JobOptions) -> Job:
     here, before anything runs.
 
     Raises:
-        ValueError: options that a step refuses (the flag is named), or an ``(1 + r)·E`` that
-            is not a whole number of epochs.
+        ValueError: options that a step refuses (the flag is named).
     """
     params = job_params(options)
     name, folder = job.named("biaug", options.dataset, params)
     steps, rows = biaug_steps(options, folder, {"xmr.job": name})
     return Job("biaug", name, folder, params, steps, partial(biaug_report, rows=rows))
-
-
-def step_matched_epochs(epochs: int, synth_ratio: float) -> int:
-    """The D run's epochs, ``(1 + r)·E``: as many steps as ``E`` epochs on ``(1 + r)·|D|``.
-
-    >>> step_matched_epochs(2, 0.5)
-    3
-
-    Raises:
-        ValueError: ``(1 + r)·E`` is not whole (the flags are named).
-    """
-    matched = (1 + synth_ratio) * epochs
-    if abs(matched - round(matched)) > 1e-9:
-        raise ValueError(
-            f"the D run trains (1 + --synth-ratio)·--epochs = (1 + {synth_ratio:g})·{epochs} = "
-            f"{matched:g} epochs to match the steps of D ∪ BiAug-D′: pick values that make it "
-            "whole (e.g. --epochs 2 --synth-ratio 0.5)"
-        )
-    return round(matched)
 
 
 def biaug_steps(
@@ -336,23 +316,18 @@ def biaug_steps(
         "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
         "storage": folder / "runs",
     }  # fmt: skip
-    matched = step_matched_epochs(epochs, ratio)
-    runs = {
-        "D": (
-            {**train, "epochs": matched},
-            f"train {options.model} on D, (1 + r)·E = {matched} epochs (the next run's "
-            "steps), then test it",
-        ),
-        "D ∪ BiAug-D′": (
-            {**train, "epochs": epochs, "synth": dprime, "synth_ratio": ratio},
-            f"train {options.model} on D ∪ BiAug-D′ (r = {ratio:g}, hard negatives), "
-            f"E = {epochs} epochs, then test it",
-        ),
-    }
-    for condition, (values, summary) in runs.items():
-        steps.append(
-            train_step(f"train-{CONDITIONS[condition]}", summary, options.model, values, tags)
-        )
+    treated = f"train-{CONDITIONS['D ∪ BiAug-D′']}"
+    summary = (
+        f"train {options.model} on D ∪ BiAug-D′ (r = {ratio:g}, hard negatives), E = {epochs} "
+        "epochs, then test it"
+    )
+    values = {**train, "epochs": epochs, "synth": dprime, "synth_ratio": ratio}
+    steps.append(train_step(treated, summary, options.model, values, tags))
+    summary = f"train {options.model} on D for as many optimiser steps as {treated}, then test it"
+    steps.append(
+        train_step(f"train-{CONDITIONS['D']}", summary, options.model, train, tags,
+                   steps_of=treated)
+    )  # fmt: skip
     for benchmark in BENCHMARKS:
         root = getattr(options, benchmark)
         if root is None:
@@ -417,11 +392,13 @@ def compare_step(context: StepContext, rows: list[str]) -> StepOutcome:
 
 
 def biaug_report(outcomes: Mapping[str, StepOutcome], rows: list[str]) -> Table:
-    """The finished job's comparison table."""
+    """The finished job's comparison table, titled with the optimiser steps both runs took."""
     metrics = condition_metrics(outcomes, _condition_steps())
     split = rows[0].split("/")[0]
+    steps = outcomes[f"train-{CONDITIONS['D ∪ BiAug-D′']}"].metrics.get(GLOBAL_STEP)
+    budget = "" if steps is None else f" at equal optimiser steps ({int(steps)} each)"
     return comparison_table(
-        f"{split} split and benchmarks: {' vs '.join(metrics)}",
+        f"{split} split and benchmarks: {' vs '.join(metrics)}{budget}",
         metrics,
         rows,
         label=lambda row: row.removeprefix(f"{split}/").replace("_at_", "@"),

@@ -125,6 +125,7 @@ class ODmAPJobOptions:
         if not self.converged and (self.patience is not None or self.max_epochs is not None):
             raise ValueError("--patience and --max-epochs apply to --converged")
 
+
 def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
     """The job ``options`` define, in ``<storage>/<name>``; every step's options are checked
     here, before anything runs.
