@@ -25,6 +25,7 @@ from xmr.metrics.bootstrap import (
     bootstrap_means,
     bootstrap_stratified_means,
     group_weighted_values,
+    seeds_and_queries_interval,
 )
 
 
@@ -192,3 +193,24 @@ def test_the_per_query_values_average_to_the_metrics() -> None:
     assert ap[1].tolist() == [1.0, 0.0, 0.0] and ap[3].tolist() == pytest.approx([1, 1 / 2, 1 / 3])
     want = {1: 1 / 3, 3: 11 / 18}
     assert odmap_at_k(scores, mentions, removed, present, ks=(1, 3)) == pytest.approx(want)
+
+
+def test_the_seeds_and_queries_interval_holds_training_variance() -> None:
+    """Per-seed gains that disagree (one seed +0.1 on every query, the other 0) give an
+    interval over seeds and queries that reaches both, where the paired interval of the
+    pooled queries alone (one draw of queries) is as narrow as the noise; one seed reduces to
+    the queries' paired interval; the mean is the plain mean; seeded."""
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.01, size=(2, 500))
+    differences = noise + np.array([[0.1], [0.0]])
+    interval = seeds_and_queries_interval(differences, seed=1)
+    assert interval.value == pytest.approx(differences.mean())
+    assert interval.low < 0.01 and interval.high > 0.09  # the seeds' disagreement
+    pooled = mean_intervals({"d": differences.mean(0)}, seed=1)["d"]
+    assert pooled.high - pooled.low < 0.01
+    one = seeds_and_queries_interval(differences[:1], seed=1)
+    alone = mean_intervals({"d": differences[0]}, seed=1)["d"]
+    assert (one.low, one.high) == pytest.approx((alone.low, alone.high), abs=2e-3)
+    assert seeds_and_queries_interval(differences, seed=1) == interval
+    with pytest.raises(ValueError, match=r"\[seeds, queries\]"):
+        seeds_and_queries_interval(np.zeros(3))
