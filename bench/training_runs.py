@@ -14,7 +14,8 @@ import mlflow
 import numpy as np
 from mlflow.entities import Run
 
-from xmr.compare import paired_comparison
+from xmr.compare import paired_comparison, resolve_run, run_per_query
+from xmr.eval.per_query import select_metrics
 
 EXPERIMENT = "xmr/train/toyworld"
 
@@ -135,3 +136,28 @@ def paired_gains(
             lines.append(f"seed {seed}: {label} − {condition}: {cells}")
     legend = "[low, high]: paired 95 % bootstrap interval over the test queries; * excludes 0"
     return "\n".join([*lines, "", legend])
+
+
+def seed_differences(
+    tracking_uri: str, treated: Mapping[int, str], control: Mapping[int, str], metric: str
+) -> np.ndarray:
+    """``[S, Q]``: per seed (in ``treated``'s order), the treated run's per-query values of
+    ``metric`` minus the same seed's control run's, on the queries both scored (what
+    :func:`xmr.metrics.bootstrap.seeds_and_queries_interval` resamples).
+
+    Raises:
+        ValueError: two runs scored other queries (another test set).
+    """
+    rows, keys = [], None
+    for seed, name in treated.items():
+        values = []
+        for run in (control[seed], name):
+            run_id, _ = resolve_run(run, tracking_uri=tracking_uri)
+            (query_set,) = select_metrics(run_per_query(run_id, tracking_uri=tracking_uri),
+                                          [metric]).values()  # fmt: skip
+            if keys is not None and query_set.keys != keys:
+                raise ValueError(f"{run} scored other {metric} queries than the first seed's runs")
+            keys = query_set.keys
+            values.append(query_set.values[metric])
+        rows.append(values[1] - values[0])
+    return np.stack(rows)
