@@ -68,9 +68,14 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
     assert _flags("train") == _declared(TrainOptions, SeedOptions, ClusterOptions)
     options = {f.name for f in option_fields(TrainOptions)}
     config_fields = {f.name for f in fields(TrainConfig)}
-    # The model spec, the optimiser and the loss take the options that are not config fields.
-    assert options - config_fields == {"arch", "pretrained", "init", "lr", "fair_alpha"}
-    assert config_fields - options == {"optim", "loss", "eval_split", "test_split", "ks"}
+    # The model spec, the optimiser, the loss and the stopping rule take the options that are
+    # not config fields.
+    assert options - config_fields == {
+        "arch", "pretrained", "init", "lr", "fair_alpha", "patience", "min_delta", "max_epochs"
+    }  # fmt: skip
+    assert config_fields - options == {
+        "optim", "loss", "eval_split", "test_split", "ks", "convergence"
+    }  # fmt: skip
     for name in (options & config_fields) - {"model"}:
         if _default(TrainOptions, name) is not None:
             assert _default(TrainConfig, name) == _default(TrainOptions, name), name

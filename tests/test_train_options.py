@@ -70,7 +70,7 @@ def test_a_seed_group_is_named_without_its_seed(tmp_path) -> None:
         (["--seeds", "0,0"], "error: --seeds takes comma-separated integers >= 0, each once"),
         (["--seeds", "0,-1"], "error: --seeds takes comma-separated integers >= 0, each once"),
         (["--steps", "5", "--epochs", "2"], "error: --steps and --epochs exclude each other"),
-        (["--epochs", "soon"], "error: --epochs takes a number of epochs >= 1 or 'auto'"),
+        (["--epochs", "soon"], "error: --epochs takes a number of epochs or 'auto', got 'soon'"),
         (["--patience", "2"], "error: --patience applies to --epochs auto"),
         (["--epochs", "auto", "--patience", "0"], "error: --patience must be >= 1, got 0"),
     ],

@@ -161,6 +161,8 @@ class TrainConfig:
                 f"({self.workers} workers × --accum-steps {self.accum_steps})"
             )
         check_precision(self.precision)
+        if self.epochs < 1:
+            raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
         if self.convergence is not None:
             if self.steps is not None:
                 raise ValueError("--steps and --epochs auto exclude each other")

@@ -143,15 +143,18 @@ def parse_epochs(value: int | str | None) -> int | str | None:
     (3, 'auto', None)
     >>> parse_epochs("0")
     Traceback (most recent call last):
-    ValueError: --epochs takes a number of epochs >= 1 or 'auto', got '0'
+    ValueError: --epochs must be >= 1, got 0
     """
     if value is None or value == AUTO:
         return value
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
-        return int(value)
-    raise ValueError(f"--epochs takes a number of epochs >= 1 or {AUTO!r}, got {value!r}")
+    number = value.strip() if isinstance(value, str) else value
+    if isinstance(number, str) and number.lstrip("-").isdigit():
+        number = int(number)
+    if not isinstance(number, int) or isinstance(number, bool):
+        raise ValueError(f"--epochs takes a number of epochs or {AUTO!r}, got {value!r}")
+    if number < 1:
+        raise ValueError(f"--epochs must be >= 1, got {number}")
+    return number
 
 
 @dataclass(frozen=True)
