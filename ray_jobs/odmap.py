@@ -1,5 +1,6 @@
-"""The ODmAP paper's experiment (tables 1–2) as one Ray job: build D′ → train on D and on
-D ∪ D′ → compare their test metrics (ODmAP@K, Recall@K both ways, Bias@K).
+"""The ODmAP paper's experiment (tables 1–2) as one Ray job: build D′ → train on D ∪ D′ and
+on D for as many optimiser steps (--converged: both until they level off) → compare their
+test metrics (ODmAP@K, Recall@K both ways, Bias@K).
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- \\
         python ray_jobs/odmap.py --dataset coco --data /mnt/shared/coco --storage /mnt/shared/xmr
