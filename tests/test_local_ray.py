@@ -134,9 +134,9 @@ def test_ray_data_keeps_its_info_lines_out_of_a_log(local_ray_run: subprocess.Co
     assert not [line for line in log.splitlines() if "Dataset" in line], log[-3000:]
 
 
-def test_progress_lines_say_each_tenth_once():
+def test_progress_lines_say_each_tenth_once_and_a_quick_task_one_line():
     out = io.StringIO()
-    lines = ProgressLines(1000, "encode", unit="rows", file=out)
+    lines = ProgressLines(1000, "encode", unit="rows", file=out, interval=0)
     for _ in range(1000):
         lines.update()
     written = out.getvalue().splitlines()
@@ -144,8 +144,14 @@ def test_progress_lines_say_each_tenth_once():
     assert written[0].startswith("encode: 10% (100/1000 rows, ")
     assert written[-1].startswith("encode: 100% (1000/1000 rows, ")
 
+    out = io.StringIO()  # done in less than the interval between lines: the last line only
+    lines = ProgressLines(1000, "encode", unit="rows", file=out)
+    for _ in range(1000):
+        lines.update()
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == ["encode: 100%"]
+
     out = io.StringIO()
-    lines = ProgressLines(4, "epoch 1/1", unit="steps", file=out)
+    lines = ProgressLines(4, "epoch 1/1", unit="steps", file=out, interval=0)
     for _ in range(4):
         lines.update()
     assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == [

@@ -26,6 +26,9 @@ from tqdm import tqdm
 
 PARTS = 10
 """Lines per task when the output is not a terminal: one each time another tenth is done."""
+LINE_INTERVAL_S = 5.0
+"""Seconds at least between two progress lines of a task (its last line excepted): a task done
+in seconds writes one line, not ten."""
 
 LOG_COLUMNS = 200
 """The width rich lays out for when standard output is not a terminal (unless ``COLUMNS``
@@ -59,29 +62,39 @@ class ProgressLines:
     """Progress as a few whole lines, for a log: ``desc: 30% (78/260 img, 4.1 s)``.
 
     One line each time another tenth of ``total`` is done (fewer when one update covers
-    several tenths), so a task writes at most :data:`PARTS` lines however long it runs.
+    several tenths, or when the last line is less than ``interval`` seconds old; the 100 %
+    line always comes), so a task writes at most :data:`PARTS` lines however long it runs.
     Lines go to ``file`` (default: standard output at the time of writing), each flushed at
     once.
     """
 
     def __init__(
-        self, total: int, desc: str, *, unit: str = "it", file: TextIO | None = None
+        self,
+        total: int,
+        desc: str,
+        *,
+        unit: str = "it",
+        file: TextIO | None = None,
+        interval: float = LINE_INTERVAL_S,
     ) -> None:
         self.total = total
         self.desc = desc
         self.unit = unit
         self.file = file
+        self.interval = interval
         self.done = 0
         self.reported_parts = 0
-        self.start = time.perf_counter()
+        self.start = self.last_line = time.perf_counter()
 
     def update(self, n: int = 1) -> None:
         """Count ``n`` more units done; write a line if another tenth is complete."""
         self.done += n
         parts = min(PARTS, self.done * PARTS // self.total) if self.total > 0 else 0
-        if parts > self.reported_parts:
-            self.reported_parts = parts
-            seconds = time.perf_counter() - self.start
+        now = time.perf_counter()
+        due = parts == PARTS or now - self.last_line >= self.interval
+        if parts > self.reported_parts and due:
+            self.reported_parts, self.last_line = parts, now
+            seconds = now - self.start
             file = self.file or sys.stdout
             file.write(
                 f"{self.desc}: {100 * parts // PARTS}% "
