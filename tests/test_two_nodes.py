@@ -450,7 +450,7 @@ def test_the_odmap_job_runs_and_its_resubmission_skips_every_step(two_nodes: Two
     assert (two_nodes.out / "jobs" / "two-nodes" / "comparison.csv").is_file()
 
     again = two_nodes.submit("odmap-again", *command)
-    for number, step in enumerate(["synth", "train-d", "train-d-dprime", "compare"], start=1):
+    for number, step in enumerate(["synth", "train-d-dprime", "train-d", "compare"], start=1):
         assert f"== {number}/4 {step}: finished before, skipped" in again
     assert "steps run 0, finished before 4" in again
     rerun = _runs(two_nodes.tracking_uri, "xmr/jobs/odmap")
