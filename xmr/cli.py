@@ -288,8 +288,8 @@ class DemoOptions:
     )
     converged: bool = option(
         False,
-        "Train D and D ∪ D′ until their val RSUM levels off and compare them there (about "
-        "4× longer), instead of at equal steps.",
+        "Train D and D ∪ D′ until their val RSUM levels off and compare them there, instead "
+        "of at equal steps.",
     )
     equal_epochs: bool = option(
         False, "Also train D for --epochs, as the paper does: a column beside the headline."
