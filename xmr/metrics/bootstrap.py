@@ -268,20 +268,12 @@ def seeds_and_queries_interval(
         raise ValueError(f"differences must be [seeds, queries] with both > 0, got {data.shape}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    seeds, queries = data.shape
-    rng = np.random.default_rng(seed)
-    seed_counts = np.stack([np.bincount(d, minlength=seeds) for d in
-                            rng.integers(0, seeds, size=(resamples, seeds))])  # fmt: skip
-    means = np.empty(resamples)
-    chunk = max(1, _CHUNK_VALUES // queries)
-    for start in range(0, resamples, chunk):
-        n = min(chunk, resamples - start)
-        drawn = rng.integers(0, queries, size=(n, queries))
-        offsets = (np.arange(n)[:, None] * queries + drawn).ravel()
-        query_counts = np.bincount(offsets, minlength=n * queries).reshape(n, queries)
-        # resample r: sum over seeds s and queries q of c_s[r, s] · D[s, q] · c_q[r, q]
-        means[start : start + n] = ((seed_counts[start : start + n] @ data) * query_counts).sum(1)
-    means /= seeds * queries
+    seeds = len(data)
+    # [resamples, S]: each seed's mean over one draw of queries, the same draw for every seed
+    per_seed = bootstrap_means(data.T, resamples, seed).reshape(resamples, seeds)
+    drawn = np.random.default_rng([seed, 1]).integers(0, seeds, size=(resamples, seeds))
+    seed_counts = (drawn[:, :, None] == np.arange(seeds)).sum(1)  # [resamples, S]
+    means = (per_seed * seed_counts).sum(1) / seeds
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return Interval(float(data.mean()), float(low), float(high))
