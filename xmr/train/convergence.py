@@ -97,8 +97,11 @@ class Plateau:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Plateau:
-        """The plateau a checkpoint holds (a checkpoint without one: before any evaluation)."""
-        return cls(**state.get("plateau", {}))
+        """The plateau a checkpoint's state holds (one written before the plateau was kept
+        holds only its best score)."""
+        if "plateau" in state:
+            return cls(**state["plateau"])
+        return cls(best=float(state["best"]))
 
 
 def stop_reason(

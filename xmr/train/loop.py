@@ -56,7 +56,7 @@ from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import autocast, check_precision, grad_scaler
 
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
-STATE_FILE = "train_state.pt"  # optimiser, scheduler, epoch, best score, RNG states
+STATE_FILE = "train_state.pt"  # optimiser, scheduler, scaler, epoch, the plateau
 PREFETCH_BATCHES = 2  # decoded micro-batches each worker fetches ahead of its step
 Item = TypeVar("Item")
 
@@ -149,7 +149,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     and entities, for vocabularies), ``progress`` (rank 0's progress through each epoch:
     ``"bar"`` or ``"lines"``; the epoch line follows), ``grouped`` (the
     batches keep BiAug groups whole: report ``train/pairs_together``), ``clock`` (the loader's
-    :class:`~xmr.train.loader.StartClock`).
+    :class:`~xmr.train.loader.StartClock`), ``best_checkpoint`` (the run's ``best.pt``, which a
+    converging run restarted after its best epoch takes back at its end).
     """
     quiet_console()  # after Ray Train configured this worker's logging
     config = TrainConfig.from_dict(loop_config["config"])
@@ -182,7 +183,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state.get("scaler", {}))
         start_epoch = int(state["epoch"])
-        plateau = Plateau.from_state(state) if "plateau" in state else Plateau(state["best"])
+        plateau = Plateau.from_state(state)
     # To the device; DDP when there are several ranks. A loss may leave parts of the model
     # without gradient in a step (BLIP with itm_weight 0, EI-CLIP's absent entity groups).
     objective = ray.train.torch.prepare_model(
@@ -195,7 +196,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
     convergence = config.convergence
     stopped = convergence is not None and plateau.plateaued(convergence.patience)
     best_weights: dict[str, torch.Tensor] | None = None  # rank 0, converging: the best epoch's
-    for epoch in range(start_epoch, 0 if stopped else config.epochs):
+    for epoch in range(start_epoch, start_epoch if stopped else config.epochs):
         epoch_steps = config.steps_in_epoch(epoch, steps_per_epoch)
         # this worker's share of the epoch's slots (every worker gets as many)
         per_worker = slots_of_steps(config, epoch_steps) // context.get_world_size()
@@ -288,7 +289,8 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         last = stopped or epoch + 1 == config.epochs
         if rank == 0:
             if last and convergence is not None:
-                _restore_best(model, plateau.best_epoch, epoch + 1, best_weights, config)
+                best_file = storage_path(loop_config["best_checkpoint"])
+                _restore_best(model, plateau.best_epoch, epoch + 1, best_weights, best_file)
                 metrics.update({
                     BEST_EPOCH: plateau.best_epoch or epoch + 1,
                     STOPPED_EPOCH: epoch + 1,
@@ -311,7 +313,6 @@ def train_loop(loop_config: dict[str, Any]) -> None:
             print(_epoch_line(metrics, config), flush=True)
             state = {
                 "epoch": epoch + 1,
-                "best": plateau.best,
                 "plateau": plateau.to_state(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
@@ -342,18 +343,18 @@ def _restore_best(
     best_epoch: int,
     epoch: int,
     weights: dict[str, torch.Tensor] | None,
-    config: TrainConfig,
+    best_file: StoragePath,
 ) -> None:
     """Take back the weights of epoch ``best_epoch`` (``weights``, or when a restart lost
-    them the run's ``best.pt``, which the driver exported from that epoch's checkpoint); no
-    change when ``epoch``'s weights are the best, or nothing was evaluated."""
+    them ``best_file``, the run's ``best.pt``, which the driver exported from that epoch's
+    checkpoint); no change when ``epoch``'s weights are the best, or nothing was evaluated."""
     if best_epoch in (0, epoch):
         return
     if weights is not None:
         model.module.load_state_dict(weights)
     else:
-        model.load_checkpoint(config.storage / config.name / "best.pt")
-    print(f"epoch {epoch}: back to epoch {best_epoch}'s weights, the best on {config.eval_split}")
+        model.load_checkpoint(best_file)
+    print(f"epoch {epoch}: back to epoch {best_epoch}'s weights, the best evaluated")
 
 
 def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:

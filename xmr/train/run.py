@@ -359,6 +359,7 @@ def train(
             "steps_per_epoch": steps_per_epoch,
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
             "progress": "bar" if terminal else "lines",
+            "best_checkpoint": str(run_dir / "best.pt"),
             "grouped": grouped,
             "clock": clock,
         },
