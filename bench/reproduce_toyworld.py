@@ -34,6 +34,7 @@ an interrupted reproduction continues where it stopped.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -127,10 +128,12 @@ class Reproduction:
         return folder
 
     def dprime(self, name: str) -> Path:
-        """D′ of the world's train split, built on first use (the build resumes)."""
+        """D′ of the world's train split, built on first use (an interrupted build resumes; a
+        finished one has its manifest)."""
         out = self.workdir / f"dprime-{name}"
-        run([*self.xmr, "synth", "--data", str(self.world(name)), "--out", str(out),
-             "--tracking-uri", self.uri, "--no-progress"])  # fmt: skip
+        if not (out / "manifest.json").is_file():
+            run([*self.xmr, "synth", "--data", str(self.world(name)), "--out", str(out),
+                 "--tracking-uri", self.uri, "--no-progress"])  # fmt: skip
         return out
 
     def train(self, name: str, *flags: str, seeds: Sequence[int] | None = None) -> None:
@@ -213,9 +216,9 @@ class Reproduction:
             comparisons["converged"] = (D_DPRIME_CONV, D_CONV)
         for label, (treated, control) in comparisons.items():
             parts = []
+            differences = seed_differences(self.uri, names[treated], names[control], ODMAP)
             for metric in ODMAP:
-                differences = seed_differences(self.uri, names[treated], names[control], metric)
-                interval = seeds_and_queries_interval(differences)
+                interval = seeds_and_queries_interval(differences[metric])
                 mark = "*" if interval.excludes(0.0) else ""
                 parts.append(f"{short_name(metric)} {interval.value:+.3f} "
                              f"[{interval.low:+.3f}, {interval.high:+.3f}]{mark}")  # fmt: skip
@@ -255,8 +258,6 @@ class Reproduction:
 
 def _planted_pairs(world: Path) -> str:
     """``dog → frisbee 0.9, horse → person 0.9``: the world's planted co-occurrences."""
-    import json
-
     config = json.loads((world / "world.json").read_text())["config"]
     return ", ".join(f"{p['a']} → {p['b']} {p['p']:g}" for p in config["cooccurrence"])
 

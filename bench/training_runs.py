@@ -139,25 +139,31 @@ def paired_gains(
 
 
 def seed_differences(
-    tracking_uri: str, treated: Mapping[int, str], control: Mapping[int, str], metric: str
-) -> np.ndarray:
-    """``[S, Q]``: per seed (in ``treated``'s order), the treated run's per-query values of
-    ``metric`` minus the same seed's control run's, on the queries both scored (what
-    :func:`xmr.metrics.bootstrap.seeds_and_queries_interval` resamples).
+    tracking_uri: str,
+    treated: Mapping[int, str],
+    control: Mapping[int, str],
+    metrics: Sequence[str],
+) -> dict[str, np.ndarray]:
+    """Per metric of ``metrics`` (of one query set), ``[S, Q]``: per seed (in ``treated``'s
+    order), the treated run's per-query values minus the same seed's control run's, on the
+    queries both scored (what :func:`xmr.metrics.bootstrap.seeds_and_queries_interval`
+    resamples). Each run's values are read once.
 
     Raises:
         ValueError: two runs scored other queries (another test set).
     """
-    rows, keys = [], None
+    rows: dict[str, list[np.ndarray]] = {metric: [] for metric in metrics}
+    keys = None
     for seed, name in treated.items():
         values = []
         for run in (control[seed], name):
             run_id, _ = resolve_run(run, tracking_uri=tracking_uri)
             (query_set,) = select_metrics(run_per_query(run_id, tracking_uri=tracking_uri),
-                                          [metric]).values()  # fmt: skip
+                                          metrics).values()  # fmt: skip
             if keys is not None and query_set.keys != keys:
-                raise ValueError(f"{run} scored other {metric} queries than the first seed's runs")
+                raise ValueError(f"{run} scored other queries than the first seed's runs")
             keys = query_set.keys
-            values.append(query_set.values[metric])
-        rows.append(values[1] - values[0])
-    return np.stack(rows)
+            values.append(query_set.values)
+        for metric in metrics:
+            rows[metric].append(values[1][metric] - values[0][metric])
+    return {metric: np.stack(differences) for metric, differences in rows.items()}
