@@ -24,6 +24,7 @@ variance; then one line per world for the README.
 
     python bench/reproduce_toyworld.py --workdir xmr-repro                 # 3 worlds × 3 seeds
     python bench/reproduce_toyworld.py --workdir xmr-repro --converged     # + at convergence
+    python bench/reproduce_toyworld.py --workdir xmr-repro --converged --converged-seeds 0
     python bench/reproduce_toyworld.py --workdir xmr-repro --worlds default --ratios
     python bench/reproduce_toyworld.py --workdir xmr-repro --report-only   # the tables again
 
@@ -73,6 +74,12 @@ def main() -> None:
     parser.add_argument("--converged", action="store_true", help="also D, D ∪ D′ --epochs auto")
     parser.add_argument("--patience", type=int, default=3, help="of the converged runs")
     parser.add_argument("--max-epochs", type=int, default=30, help="of the converged runs")
+    parser.add_argument(
+        "--converged-seeds",
+        type=int,
+        nargs="+",
+        help="seeds of the converged runs (default: --seeds)",
+    )
     parser.add_argument("--ratios", action="store_true",
                         help="the synth_ratio space on the first world, step-matched")  # fmt: skip
     parser.add_argument("--alphas", type=float, nargs="*", default=[],
@@ -117,6 +124,7 @@ class Reproduction:
         self.uri = f"sqlite:///{workdir / 'mlflow.db'}"
         self.xmr = [sys.executable, "-m", "xmr.cli"]
         self.seeds = list(args.seeds)
+        self.converged_seeds = list(args.converged_seeds or args.seeds)
 
     def world(self, name: str) -> Path:
         """The world's folder, generated on first use."""
@@ -153,8 +161,9 @@ class Reproduction:
             D: {s: f"{world}-d-seed{s}" for s in self.seeds},
         }
         if self.args.converged:
-            names[D_CONV] = {s: f"{world}-conv-d-seed{s}" for s in self.seeds}
-            names[D_DPRIME_CONV] = {s: f"{world}-conv-d-dprime-seed{s}" for s in self.seeds}
+            seeds = self.converged_seeds
+            names[D_CONV] = {s: f"{world}-conv-d-seed{s}" for s in seeds}
+            names[D_DPRIME_CONV] = {s: f"{world}-conv-d-dprime-seed{s}" for s in seeds}
         return names
 
     def steps(self, world: str, seed: int) -> int:
@@ -172,8 +181,9 @@ class Reproduction:
     def train_converged(self, world: str) -> None:
         auto = ["--epochs", "auto", "--patience", str(self.args.patience),
                 "--max-epochs", str(self.args.max_epochs)]  # fmt: skip
-        self.train(f"{world}-conv-d-dprime", *auto, "--synth", str(self.dprime(world)))
-        self.train(f"{world}-conv-d", *auto)
+        seeds = self.converged_seeds
+        self.train(f"{world}-conv-d-dprime", *auto, "--synth", str(self.dprime(world)), seeds=seeds)
+        self.train(f"{world}-conv-d", *auto, seeds=seeds)
 
     def sweep_ratios(self, world: str) -> None:
         """The shipped synth_ratio space on ``world``, each ratio for the steps of E epochs of
@@ -208,8 +218,8 @@ class Reproduction:
                                for m in stops)  # fmt: skip
             print(f"\nconverged runs' best/stopped epochs ({D_CONV}, then {D_DPRIME_CONV}, "
                   f"by seed): {epochs}")  # fmt: skip
-        print(f"\nover seeds {seeds_flag(self.seeds)}: D ∪ D′ − D, mean [95 % two-stage "
-              "bootstrap interval over seeds and test queries]")  # fmt: skip
+        print("\nD ∪ D′ − D, mean over seeds [95 % two-stage bootstrap interval over seeds and "
+              "test queries; over the queries alone for one seed]")  # fmt: skip
         cells = {}
         comparisons = {"same steps": (D_DPRIME, D_STEPS), "same epochs": (D_DPRIME, D)}
         if self.args.converged:
@@ -224,7 +234,7 @@ class Reproduction:
                              f"[{interval.low:+.3f}, {interval.high:+.3f}]{mark}")  # fmt: skip
                 if metric == ODMAP[0]:
                     cells[label] = parts[-1].split(" ", 1)[1]
-            print(f"- {label}: " + ", ".join(parts))
+            print(f"- {label} (seeds {seeds_flag(list(names[treated]))}): " + ", ".join(parts))
         converged = cells.get("converged", "–")
         return (
             f"| {world} | {pairs} | {cells['same steps']} | {cells['same epochs']} | {converged} |"
