@@ -3,6 +3,8 @@ the slot stage on Ray Data, and a run that is the same twice."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -22,10 +24,12 @@ from xmr.train.loader import (
     StartClock,
     batches_of,
     slots_of_steps,
+    spare_loaders,
     training_dataset,
     training_plan,
 )
 from xmr.train.run import train
+from xmr.tune.trials import TrialFootprint
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +84,12 @@ def test_a_batch_goes_through_columns_unchanged(family: str, arch: str) -> None:
         caption_neutral=torch.tensor([True, False]),
         entities=model.entity_ids(corpus.entities),
     )
-    back = TrainBatch.from_columns(batch.to_columns())
+    columns = batch.to_columns()
+    for array in columns.values():  # as Ray Data hands them over: read-only
+        array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "NumPy array is not writable" per batch
+        back = TrainBatch.from_columns(columns)
     texts = (back.text, batch.text) if isinstance(text, dict) else ({"": back.text}, {"": text})
     assert texts[0].keys() == texts[1].keys()
     assert all(torch.equal(texts[0][key], texts[1][key]) for key in texts[1])
@@ -121,6 +130,39 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
                          clock, per_epoch, grouped=False)  # fmt: skip
     assert list(stage({"slot": np.arange(per_epoch)})) == []  # epoch 0: before the start
     assert ROW_COLUMN in pairs.column_names
+
+
+def test_one_or_four_loaders_give_the_same_batches_in_the_same_order(
+    local_ray, small_toyworld, pairs, tmp_path
+) -> None:
+    """The loader's count changes who decodes, not what: VSE++'s random crops, two epochs,
+    batch for batch equal (each pair's crop is seeded by its row and epoch)."""
+    corpus = Corpus(pairs["caption"].to_pylist())
+    steps = pairs.num_rows // 32
+    runs = []
+    for loaders in (1, 4):
+        config = resolve_config(
+            "vsepp", data=small_toyworld, epochs=2, batch_size=32, seed=5, storage=tmp_path,
+            loaders=loaders,
+        )  # fmt: skip
+        dataset = training_dataset(pairs, config, corpus, StartClock.remote(), steps)
+        dataset.context.execution_options.preserve_order = True  # as xmr.train.run's DataConfig
+        runs.append([batch for batch, _ in batches_of(dataset.iterator(), prefetch=1)])
+    one, four = runs
+    assert len(one) == len(four) == 2 * steps
+    for a, b in zip(one, four, strict=True):
+        assert torch.equal(a.image_ids, b.image_ids) and torch.equal(a.pixels, b.pixels)
+        assert torch.equal(a.text, b.text)
+
+
+def test_the_number_of_loaders_is_what_the_nodes_spare_beside_the_workers() -> None:
+    assert spare_loaders([16.0], workers=1, cpus_per_worker=8)[0] == 7
+    assert spare_loaders([2.0], workers=1, cpus_per_worker=1)[0] == 1  # at least one
+    count, why = spare_loaders([0.0, 8.0, 8.0], workers=2, cpus_per_worker=4)  # CPU-less head
+    assert count == 6 and why == "2 nodes' 16 CPUs − 1 each − 2 workers × 4 CPUs"
+    # in a sweep's trial "as many as spare" is one: its resources are reserved up front
+    assert TrialFootprint.of({}, cpus=2, gpus=0).loaders == 1
+    assert TrialFootprint.of({"loaders": 3}, cpus=2, gpus=0).loaders == 3
 
 
 def test_the_slot_stage_keeps_biaug_pairs_in_one_micro_batch(

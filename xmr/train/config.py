@@ -147,7 +147,7 @@ class TrainConfig:
     workers: int = 1
     gpus_per_worker: float = 0.0
     cpus_per_worker: int = 1
-    loaders: int = 1  # Ray Data actors decoding batches ahead (xmr.train.loader)
+    loaders: int = 0  # Ray Data actors decoding batches ahead; 0: as many as the nodes spare
     loader_cpus: float = 0.0  # CPUs each loader actor reserves
     max_failures: int = 2
     name: str = ""  # "" -> family-arch-dataset-<config hash>

@@ -20,7 +20,7 @@ and passes over the slots of earlier epochs without decoding them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -105,6 +105,30 @@ def training_plan(table: pa.Table, config: TrainConfig, grouped: bool) -> EpochP
     return EpochPlan.for_table(
         table, config.micro_batch, config.seed, grouped, config.hard_negatives
     )
+
+
+def spare_loaders(
+    node_cpus: Sequence[float], workers: int, cpus_per_worker: int
+) -> tuple[int, str]:
+    """How many loader actors the nodes can spare beside the training workers: each node's CPUs
+    less one (its raylet, a driver, Ray Data's coordinator), summed over the nodes, less the
+    workers' CPUs; at least 1. Returns the count and the sum that gave it, for the run's plan.
+
+    >>> spare_loaders([16.0], workers=1, cpus_per_worker=8)
+    (7, '16 CPUs − 1 − 1 worker × 8 CPUs')
+    >>> spare_loaders([2.0], workers=1, cpus_per_worker=1)
+    (1, '2 CPUs − 1 − 1 worker × 1 CPU, at least 1')
+    """
+    nodes = [cpus for cpus in node_cpus if cpus > 0]
+    spare = int(sum(cpus - 1 for cpus in nodes)) - workers * cpus_per_worker
+    total = (
+        f"{sum(nodes):g} CPUs − 1"
+        if len(nodes) == 1
+        else (f"{len(nodes)} nodes' {sum(nodes):g} CPUs − 1 each")
+    )
+    why = (f"{total} − {workers} worker{'s' * (workers > 1)} × {cpus_per_worker} "
+           f"CPU{'s' * (cpus_per_worker > 1)}")  # fmt: skip
+    return (spare, why) if spare >= 1 else (1, f"{why}, at least 1")
 
 
 def slots_of_steps(config: TrainConfig, steps: int) -> int:

@@ -15,11 +15,10 @@ weights of the best evaluation (kept in memory, or after a restart read from the
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import tempfile
-import time
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from functools import partial
@@ -45,15 +44,17 @@ from xmr.eval.score import evaluate
 from xmr.logs import quiet_console
 from xmr.metrics import summed_recall
 from xmr.models import Corpus, RetrievalModel, create_model, save_checkpoint
+from xmr.models.batch import TrainBatch
 from xmr.models.gather import mean_over_workers
 from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
-from xmr.train.accumulate import accumulated_backward, average_gradients
 from xmr.train.config import TrainConfig
 from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, Plateau
+from xmr.train.epoch import train_one_epoch
+from xmr.train.gpu_utilisation import GpuUtilisation
 from xmr.train.loader import batches_of, slots_of_steps
 from xmr.train.optim import make_optimizer, make_scheduler
-from xmr.train.precision import autocast, check_precision, grad_scaler
+from xmr.train.precision import check_precision, grad_scaler
 
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
 STATE_FILE = "train_state.pt"  # optimiser, scheduler, scaler, epoch, the plateau
@@ -202,63 +203,48 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         per_worker = slots_of_steps(config, epoch_steps) // context.get_world_size()
         seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # dropout, sampling
         objective.train()
-        totals: dict[str, float] = defaultdict(float)
-        steps, samples, start = 0, 0, time.perf_counter()
-        first_step = (0.0, 0)  # seconds to the end of the first step, pairs by then
         pair_rows = [0, 0]  # rows of a hard-negative pair, those batched with their partner
         bar = (
             _epoch_progress(loop_config["progress"], epoch_steps, _epoch_label(epoch, config))
             if rank == 0
             else None
         )
-        for group in _in_groups(islice(decoded, per_worker), config.accum_steps):
-            micro = [batch.to(device, non_blocking=True) for batch, _ in group]
-            pair_rows[0] += sum(grouped_rows for _, (grouped_rows, _) in group)
-            pair_rows[1] += sum(together_rows for _, (_, together_rows) in group)
-            optimizer.zero_grad(set_to_none=True)
-            if len(micro) == 1:  # through DDP, which averages the gradients
-                with autocast(config.precision, device):
-                    out = objective(micro[0])
-                scaler.scale(out["loss"]).backward()
-            else:  # the global batch of k micro-batches (xmr.train.accumulate)
-                out = accumulated_backward(
-                    _unwrap(objective),
-                    micro,
-                    scale=scaler.scale,
-                    autocast=partial(autocast, config.precision, device),
-                )
-                average_gradients(_unwrap(objective))
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            for key, value in out.items():
-                totals[key] += float(value.detach())
-            steps += 1
-            samples += sum(len(batch) for batch in micro)
-            if steps == 1:  # the wait for the first batch and its step: timed apart
-                first_step = (time.perf_counter() - start, samples)
-            if bar is not None:
-                bar.update(1)
+        gpu = GpuUtilisation.for_device(device)
+        with gpu or contextlib.nullcontext():
+            done = train_one_epoch(
+                objective,
+                optimizer,
+                scheduler,
+                scaler,
+                _counting_pairs(islice(decoded, per_worker), pair_rows),
+                device=device,
+                precision=config.precision,
+                accum_steps=config.accum_steps,
+                on_step=partial(bar.update, 1) if bar is not None else None,
+            )
         if bar is not None:
             bar.close()
-        seconds = time.perf_counter() - start
-        warm_seconds, warm_samples = seconds - first_step[0], samples - first_step[1]
         # A loss over this rank's rows is its share of the global mean: average over ranks.
-        if totals:
-            means = mean_over_workers(list(totals.values()), device)
-            totals = dict(zip(totals, means, strict=True))
+        losses = done.losses
+        if losses:
+            means = mean_over_workers(list(losses.values()), device)
+            losses = dict(zip(losses, means, strict=True))
         metrics: dict[str, float] = {
             "epoch": epoch + 1,
             "lr": scheduler.get_last_lr()[0],
-            # pairs/s after the first step (what a plain loop's timing leaves out too)
-            "train/samples_per_s": warm_samples / warm_seconds if warm_seconds > 0 else 0.0,
-            "train/first_step_s": first_step[0],
-            "train/epoch_s": seconds,
-            "train/steps": steps,
+            # steady pairs/s: the epoch's second half, past the loader's head start
+            "train/samples_per_s": done.steady_samples_per_s,
+            "train/samples_per_s_incl_warmup": done.samples_per_s_incl_warmup,
+            "train/first_step_s": done.first_step_s,
+            "train/loader_wait_s": done.loader_wait_s,
+            "train/epoch_s": done.seconds,
+            "train/steps": done.steps,
             # optimiser steps since the run began (the scheduler's count, kept in checkpoints)
             "train/global_step": scheduler.last_epoch,
-            **{f"train/{key}": total / max(1, steps) for key, total in totals.items()},
+            **{f"train/{key}": value for key, value in losses.items()},
         }
+        if gpu is not None:
+            metrics["train/gpu_util_pct"] = gpu.mean()
         if grouped:  # over all ranks: 1.0 with hard negatives, chance without
             pairs = torch.tensor(pair_rows, dtype=torch.int64, device=device)
             if context.get_world_size() > 1:
@@ -357,15 +343,15 @@ def _restore_best(
     print(f"epoch {epoch}: back to epoch {best_epoch}'s weights, the best evaluated")
 
 
-def _in_groups(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
-    """``items`` in lists of ``size`` (an optimiser step's micro-batches); a shorter last
-    list is dropped (every rank has as many items, so every rank drops it)."""
-    group: list[Item] = []
-    for item in items:
-        group.append(item)
-        if len(group) == size:
-            yield group
-            group = []
+def _counting_pairs(
+    decoded: Iterable[tuple[TrainBatch, tuple[int, int]]], counts: list[int]
+) -> Iterator[TrainBatch]:
+    """The batches of ``decoded``, adding each one's hard-negative pair counts (rows of a
+    pair, rows batched beside their partner) to ``counts`` as it passes."""
+    for batch, (grouped_rows, together_rows) in decoded:
+        counts[0] += grouped_rows
+        counts[1] += together_rows
+        yield batch
 
 
 def _epoch_label(epoch: int, config: TrainConfig) -> str:

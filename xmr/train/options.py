@@ -93,7 +93,11 @@ class TrainOptions:
     gpus_per_worker: float = option(0.0, "GPUs per worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per worker.", ge=1)
     loaders: int = option(
-        1, "Ray Data actors that decode, transform and tokenise batches ahead of the workers.", ge=1
+        0,
+        "Ray Data actors that decode, transform and tokenise batches ahead of the workers "
+        "(0: as many as the nodes spare: each node's CPUs − 1, summed, − workers × "
+        "cpus-per-worker; at least 1).",
+        ge=0,
     )
     loader_cpus: float = option(
         0.0,

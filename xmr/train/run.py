@@ -55,7 +55,7 @@ from xmr.tracking import (
 from xmr.train.config import TrainConfig
 from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, stop_reason
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
-from xmr.train.loader import StartClock, training_dataset, training_plan
+from xmr.train.loader import StartClock, spare_loaders, training_dataset, training_plan
 from xmr.train.loop import MODEL_FILE, train_loop
 
 RUN_FILE = "xmr_run.json"
@@ -242,6 +242,18 @@ def default_world(config: TrainConfig) -> Path:
     return default_toyworld(config.seed, mode=mode)
 
 
+def _sized_loaders(config: TrainConfig) -> TrainConfig:
+    """``config`` with its loader count (``--loaders 0``: :func:`spare_loaders` of the live
+    nodes' CPUs), after a line that says how many and why."""
+    if config.loaders:
+        print(f"{config.name}: {config.loaders} loader actor(s) (--loaders {config.loaders})")
+        return config
+    nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
+    count, why = spare_loaders(nodes, config.workers, config.cpus_per_worker)
+    print(f"{config.name}: {count} loader actor(s), as many as the nodes spare ({why})")
+    return replace(config, loaders=count)
+
+
 def train(
     config: TrainConfig,
     *,
@@ -343,6 +355,7 @@ def train(
         run.log_params(missing)
 
     init_ray(address)
+    config = _sized_loaders(config)
     terminal = stdout_is_terminal()
     if not terminal:  # Ray Data's bars for the training split, drawn through the workers
         ray.data.DataContext.get_current().enable_progress_bars = False

@@ -94,7 +94,8 @@ class TrialFootprint:
             workers=workers,
             cpus_per_worker=float(max(1, int(cpus // workers))),
             gpus_per_worker=gpus / workers,
-            loaders=int(options.get("loaders", TrainConfig.loaders)),
+            # a trial's resources are reserved up front: "as many as the nodes spare" is 1
+            loaders=int(options.get("loaders") or TrainConfig.loaders or 1),
             loader_cpus=float(options.get("loader_cpus", TrainConfig.loader_cpus)),
         )
 
@@ -197,6 +198,7 @@ def train_trial(options: dict[str, Any], *, context: SweepContext) -> None:
     try:
         footprint = TrialFootprint.of(fields, context.cpus_per_trial, context.gpus_per_trial)
         fields.pop("workers", None)
+        fields["loaders"] = footprint.loaders
         config = resolve_config(
             fields.pop("model", "clip"),
             workers=footprint.workers,
