@@ -3,6 +3,8 @@ throughput leaves out the wait for the first batch and the loader's head start."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -41,6 +43,12 @@ def _setup(table: pa.Table, lr: float = 1e-3):
 
 def _batches(table: pa.Table, model, size: int, count: int) -> list[TrainBatch]:
     return [collate(table.slice(k * size, size).to_pydict(), model, seed=0) for k in range(count)]
+
+
+def test_the_epoch_module_imports_no_ray() -> None:
+    code = "import sys, xmr.train.epoch; print(any(m.split('.')[0] == 'ray' for m in sys.modules))"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False"
 
 
 def test_the_epoch_function_learns_without_ray(table) -> None:
