@@ -131,6 +131,16 @@ def spare_loaders(
     return (spare, why) if spare >= 1 else (1, f"{why}, at least 1")
 
 
+def loader_count(config: TrainConfig) -> tuple[int, str]:
+    """How many loader actors ``config`` runs and why: ``config.loaders`` when set, else
+    :func:`spare_loaders` of the live Ray nodes' CPUs."""
+    if config.loaders:
+        return config.loaders, f"--loaders {config.loaders}"
+    nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
+    count, why = spare_loaders(nodes, config.workers, config.cpus_per_worker)
+    return count, f"as many as the nodes spare: {why}"
+
+
 def slots_of_steps(config: TrainConfig, steps: int) -> int:
     """Micro-batches of ``steps`` optimiser steps over all workers: steps × workers ×
     accumulation steps."""
@@ -147,7 +157,7 @@ def training_dataset(
 ) -> ray.data.Dataset:
     """Ray Train's ``train`` dataset: the run's slots (as many as its
     :meth:`~xmr.train.config.TrainConfig.total_steps` need: a last epoch that ``--steps`` cuts
-    short has fewer) mapped by ``config.loaders`` :class:`CollateSlots` actors of
+    short has fewer) mapped by :func:`loader_count` :class:`CollateSlots` actors of
     ``config.loader_cpus`` CPUs each (``grouped``: the table's BiAug groups stay whole in a
     micro-batch)."""
     per_epoch = slots_of_steps(config, steps_per_epoch)
@@ -165,7 +175,7 @@ def training_dataset(
             per_epoch,
             grouped,
         ),
-        compute=ray.data.ActorPoolStrategy(size=config.loaders),
+        compute=ray.data.ActorPoolStrategy(size=loader_count(config)[0]),
         num_cpus=config.loader_cpus,
     )
 

@@ -55,7 +55,7 @@ from xmr.tracking import (
 from xmr.train.config import TrainConfig
 from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, stop_reason
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
-from xmr.train.loader import StartClock, spare_loaders, training_dataset, training_plan
+from xmr.train.loader import StartClock, loader_count, training_dataset, training_plan
 from xmr.train.loop import MODEL_FILE, train_loop
 
 RUN_FILE = "xmr_run.json"
@@ -243,14 +243,10 @@ def default_world(config: TrainConfig) -> Path:
 
 
 def _sized_loaders(config: TrainConfig) -> TrainConfig:
-    """``config`` with its loader count (``--loaders 0``: :func:`spare_loaders` of the live
-    nodes' CPUs), after a line that says how many and why."""
-    if config.loaders:
-        print(f"{config.name}: {config.loaders} loader actor(s) (--loaders {config.loaders})")
-        return config
-    nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
-    count, why = spare_loaders(nodes, config.workers, config.cpus_per_worker)
-    print(f"{config.name}: {count} loader actor(s), as many as the nodes spare ({why})")
+    """``config`` with its loader count (:func:`loader_count`), after a line that says how
+    many and why."""
+    count, why = loader_count(config)
+    print(f"{config.name}: {count} loader actor(s) ({why})")
     return replace(config, loaders=count)
 
 
