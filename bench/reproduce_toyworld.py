@@ -52,7 +52,7 @@ from training_runs import (  # bench/training_runs.py
     total_steps,
 )
 
-from xmr.compare import sweep_runs
+from xmr.compare import paired_comparison, sweep_runs
 from xmr.metrics.bootstrap import seeds_and_queries_interval
 
 BENCH = Path(__file__).resolve().parent
@@ -241,15 +241,27 @@ class Reproduction:
         )
 
     def report_ratios(self, world: str) -> None:
-        """Each ratio's ODmAP@1 and its paired change over ratio 0 (D alone, as many steps)."""
+        """Each ratio's paired change over the lowest (D alone, as many steps) on ODmAP@1 and
+        Recall@1 both ways, with the paired interval over the test queries."""
         trials, _ = sweep_runs(f"{world}-ratios", tracking_uri=self.uri)
         trials = trials[trials["status"] == "FINISHED"]
-        ratios = trials["params.data.synth_ratio"].astype(float)
-        base = trials.loc[ratios.idxmin(), "run_id"]
-        by_ratio = dict(zip(ratios, trials["run_id"], strict=True))
-        print(f"\n## {world}: the synth_ratio space at equal steps (seed {self.seeds[0]})\n")
-        print(paired_gains(self.uri, ("ratio", by_ratio), {"lowest ratio": {
-            r: base for r in by_ratio}}, ODMAP[:1]))  # fmt: skip
+        by_ratio = dict(zip(trials["params.data.synth_ratio"].astype(float), trials["run_id"],
+                            strict=True))  # fmt: skip
+        lowest = min(by_ratio)
+        steps = total_steps(self.uri, f"{world}-d-seed{self.seeds[0]}")
+        print(f"\n## {world}: the synth_ratio space at equal steps ({steps} each, seed "
+              f"{self.seeds[0]}): each ratio − ratio {lowest:g}\n")  # fmt: skip
+        metrics = [ODMAP[0], "test/recall_t2i_at_1", "test/recall_i2t_at_1"]
+        for ratio in sorted(r for r in by_ratio if r != lowest):
+            frame = paired_comparison(by_ratio[lowest], by_ratio[ratio], metrics,
+                                      tracking_uri=self.uri).frame  # fmt: skip
+            cells = ", ".join(
+                f"{short_name(row.metric)} {row.difference:+.3f} "
+                f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]{'*' if row.significant else ''}"
+                for row in frame.itertuples()
+            )
+            print(f"- ratio {ratio:g}: {cells}")
+        print("\n[low, high]: paired 95 % bootstrap interval over the test queries; * excludes 0")
 
     def report_fairsample(self, world: str, alphas: Sequence[float]) -> None:
         names = {"FairSample α=0 (D)": {s: f"{world}-d-seed{s}" for s in self.seeds}}
