@@ -2,7 +2,8 @@
 
 Each epoch: take this worker's share of the epoch's micro-batches, decoded ahead by the loader
 (:mod:`xmr.train.loader`; with a BiAug D′ each keeps a positive with its hard negative), step
-the family's objective over the global batch (DDP across workers), evaluate on rank 0 when
+the family's objective over the global batch (:func:`xmr.train.epoch.train_one_epoch`, DDP
+across workers), evaluate on rank 0 when
 due, and report metrics with a checkpoint (rank 0 writes it). A restarted worker group, or a
 rerun with the same run name, resumes from the latest checkpoint: weights, optimiser,
 scheduler, epoch and best score.
@@ -24,7 +25,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import ray.train
@@ -59,7 +60,6 @@ from xmr.train.precision import check_precision, grad_scaler
 MODEL_FILE = "model.pt"  # weights + spec + vocabularies: what `xmr eval --checkpoint` reads
 STATE_FILE = "train_state.pt"  # optimiser, scheduler, scaler, epoch, the plateau
 PREFETCH_BATCHES = 2  # decoded micro-batches each worker fetches ahead of its step
-Item = TypeVar("Item")
 
 
 def seed_everything(seed: int) -> None:
