@@ -51,7 +51,7 @@ from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import collate, training_data
 from xmr.train.epoch import EpochResult, train_one_epoch
 from xmr.train.gpu_utilisation import GpuUtilisation
-from xmr.train.loader import spare_loaders
+from xmr.train.loader import loader_count
 from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import PRECISIONS, grad_scaler
 from xmr.train.run import TrainResult, train
@@ -152,10 +152,7 @@ def measure(args: argparse.Namespace, root: Path, tmp: Path, precision: str) -> 
             **({"plain_util": plain_util or np.nan, "xmr_util": util or np.nan} if gpu else {}),
         })  # fmt: skip
     median = {key: float(np.median([r[key] for r in rounds])) for key in rounds[0]}
-    import ray
-
-    nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
-    loaders = args.loaders or spare_loaders(nodes, 1, worker_cpus)[0]
+    loaders = loader_count(config)[0]  # what xmr train chose
     figures = {
         "model": f"{config.model.family}/{config.model.arch}",
         "device": torch.cuda.get_device_name(device) if gpu else f"CPU, {args.threads} threads",
