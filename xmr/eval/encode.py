@@ -3,8 +3,9 @@
 :func:`encode` assembles the inputs of each metric group (:mod:`xmr.eval.protocol`: the split's
 images and captions, the ODmAP queries and all-splits caption gallery, the gender-neutral Bias@K
 queries, the images that estimate CLIP-clip's mutual information) and encodes them once, either
-on Ray (one model per Ray Data actor) or in this process with a model already in memory. The
-result, an :class:`EncodedSplit`, is scored by :func:`xmr.eval.score.score` under any CLIP-clip.
+on Ray (one model per actor, the actors started while the rest is prepared) or in this process
+with a model already in memory. The result, an :class:`EncodedSplit`, is scored by
+:func:`xmr.eval.score.score` under any CLIP-clip.
 
 Ray is imported only when encoding on it, so this module (and ``xmr.eval``) loads without it.
 """
@@ -97,6 +98,7 @@ def encode(
     """
     if model is None:
         check_spec(config.model)
+    _check_bias_classes(config)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     root = config.data or default_toyworld(config.seed)
@@ -104,34 +106,39 @@ def encode(
     records = read_dataset(config.dataset, root, config.split, issues=issues)
     if not records:
         raise ValueError(f"{root}: split {config.split!r} has no usable images")
-    retrieval = RetrievalSet.from_records(records)
-    design = read_gender_design(root) if config.dataset == "toyworld" else GenderDesign()
-    odmap = _odmap_set(config, root, records, issues, design) if "odmap" in config.metrics else None
-    bias = _BiasSet.read(config, root, records, design, issues)
-    with_mi = config.clip_m > 0 if mi_features is None else mi_features
-    mi_records = _mi_records(config, root, records) if with_mi else []
-    timings["prepare_s"] = time.perf_counter() - start
+    # The flags and the split are checked: the encoder's actors start now, while the rest is
+    # read and planned.
+    with Encoder(config, model, address) as encoder:
+        retrieval = RetrievalSet.from_records(records)
+        design = read_gender_design(root) if config.dataset == "toyworld" else GenderDesign()
+        odmap = (
+            _odmap_set(config, root, records, issues, design) if "odmap" in config.metrics else None
+        )
+        bias = _BiasSet.read(config, root, records, design, issues)
+        with_mi = config.clip_m > 0 if mi_features is None else mi_features
+        mi_records = _mi_records(config, root, records) if with_mi else []
+        image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
+        if bias.split == config.split:
+            bias_rows = np.arange(len(records))
+        else:
+            bias_rows = np.arange(len(image_queries), len(image_queries) + len(bias.records))
+            image_queries += [ImageQuery(r.path) for r in bias.records]
+        mi_queries = [ImageQuery(r.path) for r in mi_records]
+        # The test captions come first in the ODmAP gallery, so they are encoded once.
+        gallery_texts = odmap.gallery if odmap else retrieval.captions
+        timings["prepare_s"] = time.perf_counter() - start
 
-    encoder = Encoder(config, model, address)
-    t0 = time.perf_counter()
-    image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
-    if bias.split == config.split:
-        bias_rows = np.arange(len(records))
-    else:
-        bias_rows = np.arange(len(image_queries), len(image_queries) + len(bias.records))
-        image_queries += [ImageQuery(r.path) for r in bias.records]
-    mi_queries = [ImageQuery(r.path) for r in mi_records]
-    # The test captions come first in the ODmAP gallery, so they are encoded once.
-    gallery_texts = odmap.gallery if odmap else retrieval.captions
-    all_emb, all_errors, text_emb = encoder.encode(
-        image_queries + mi_queries, gallery_texts + bias.texts
-    )
+        t0 = time.perf_counter()
+        all_emb, all_errors, text_emb = encoder.encode(
+            image_queries + mi_queries, gallery_texts + bias.texts
+        )
+        timings["encode_s"] = time.perf_counter() - t0
+        timings.update(encoder.timings)
     n_queries = len(image_queries)
     image_emb, image_errors = all_emb[:n_queries], all_errors[:n_queries]
     mi_ok = [not e for e in all_errors[n_queries:]]
     mi_emb = all_emb[n_queries:][np.array(mi_ok, dtype=bool)]
     mi_genders = [record_gender(r) for r, ok in zip(mi_records, mi_ok, strict=True) if ok]
-    timings["encode_s"] = time.perf_counter() - t0
     for query, error in zip(image_queries, image_errors, strict=True):
         if error:
             issues.append(DataIssue(str(query.path), error))
@@ -176,16 +183,37 @@ class _BiasSet:
             if not records:
                 raise ValueError(f"{root}: --bias-split {split!r} has no usable images")
         classes = design.classes if config.bias_classes is None else config.bias_classes
-        known = FLICKR30K_ODMAP_CLASSES if config.dataset == "flickr30k" else COCO_CLASS_WORDS
-        unknown = [c for c in classes if c not in known]
-        if unknown:
-            raise ValueError(
-                f"--bias-classes: unknown {unknown} for {config.dataset}; "
-                f"choose from {', '.join(sorted(known))}"
-            )
         texts, genders = neutral_queries(records)
         mentions = caption_mentions(config.dataset, records) if classes else []
         return cls(split, records, genders, texts, tuple(classes), mentions)
+
+
+def _check_bias_classes(config: EvalConfig) -> None:
+    """``--bias-classes`` are class words of the dataset (a world's own classes are)."""
+    if "bias" not in config.metrics or not config.bias_classes:
+        return
+    known = FLICKR30K_ODMAP_CLASSES if config.dataset == "flickr30k" else COCO_CLASS_WORDS
+    unknown = [c for c in config.bias_classes if c not in known]
+    if unknown:
+        raise ValueError(
+            f"--bias-classes: unknown {unknown} for {config.dataset}; "
+            f"choose from {', '.join(sorted(known))}"
+        )
+
+
+GPU_ENCODER_CPUS = 4
+"""Cores an encoder actor on a GPU takes at most: it builds its model on them (a ViT-B/32's
+random init takes seconds on one core) and decodes and tokenises its batches there."""
+
+
+def gpu_encoder_cpus(cpus: int, actors: int) -> int:
+    """Cores for each of ``actors`` GPU encoder actors on a cluster of ``cpus`` cores: an equal
+    share, at most :data:`GPU_ENCODER_CPUS`, at least one.
+
+    >>> gpu_encoder_cpus(16, 1), gpu_encoder_cpus(16, 8), gpu_encoder_cpus(2, 4)
+    (4, 2, 1)
+    """
+    return max(1, min(GPU_ENCODER_CPUS, cpus // max(1, actors)))
 
 
 BATCHES_PER_ACTOR = 2
@@ -209,31 +237,64 @@ def encoder_actors(default: int, rows: int, batch_size: int, requested: int | No
 
 
 class Encoder:
-    """Runs the encoding stages: on Ray (one model per actor), or here with a model in memory."""
+    """Runs the encoding stage: on Ray (one model per actor), or here with a model in memory.
+
+    On Ray the actors start when the encoder is made (a :class:`~xmr.pipeline.ray_executor.
+    StagePool`), so that their start (a model built, on a GPU its CUDA context) overlaps the
+    reading and planning that come before :meth:`encode`. Use it as a context manager, or
+    :meth:`close` it: the actors hold their GPUs until then.
+    """
 
     def __init__(
         self, config: EvalConfig, model: RetrievalModel | None = None, address: str | None = None
     ) -> None:
         """With ``model``: encode in this process with it. Without: start or join Ray
-        (``address``) and build ``config.model`` in each actor, on the GPUs when there are
-        some (``device="auto"``)."""
+        (``address``) and start building ``config.model`` in actors, on the GPUs when there are
+        some (``device="auto"``): ``--actors`` of them, else one per GPU, or one on the CPU (more
+        join in :meth:`encode` when the rows are many, see :func:`encoder_actors`)."""
         self.config = config
         self.model = model
+        self.timings: dict[str, float] = {}
+        """Seconds: ``encoder_wait_s`` (:meth:`encode` waiting for its first actor to be
+        ready), ``encoder_setup_s`` (the slowest actor's model build, on Ray)."""
+        self._pool = None
+        self.rows = 0
+        """Rows the last :meth:`encode` ran: its distinct images and distinct texts."""
         if model is not None:
             self.device = str(model.device)
-            self.actors, self.resources = 0, Resources(cpus=1)
+            self.actors, resources = 0, Resources(cpus=1)
+            self._stage = self._encode_stage(resources)
             return
-        from xmr.pipeline.ray_executor import cluster_gpus, init_ray  # only when Ray encodes
+        from xmr.pipeline.ray_executor import StagePool, cluster_cpus, cluster_gpus, init_ray
 
         init_ray(address)
         gpus = cluster_gpus()
         self.device = ("cuda" if gpus > 0 else "cpu") if config.device == "auto" else config.device
         if self.device == "cuda":
             self.actors = config.actors or max(1, gpus)
-            self.resources = Resources(cpus=1, gpus=1)
+            resources = Resources(cpus=gpu_encoder_cpus(cluster_cpus(), self.actors), gpus=1)
         else:
             self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
-            self.resources = Resources(cpus=1)
+            resources = Resources(cpus=1)
+        self._stage = self._encode_stage(resources)
+        first = config.actors or (self.actors if self.device == "cuda" else 1)
+        self._pool = StagePool(self._stage, first)
+
+    def _encode_stage(self, resources: Resources) -> EncodeQueries:
+        c = self.config
+        return EncodeQueries(c.model, self.device, resources, c.batch_size, c.seed, self.model)
+
+    def __enter__(self) -> Encoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the actors (nothing to do in this process)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def encode(
         self, queries: list[ImageQuery], texts: list[str]
@@ -256,17 +317,15 @@ class Encoder:
             for path, boxes, crop in images
         ]
         rows += [{"path": "", "inpaint": "", "crop": "", "text": text} for text in unique_texts]
-        c = self.config
-        stage = EncodeQueries(
-            c.model, self.device, self.resources, c.batch_size, c.seed, self.model
-        )
-        if self.model is not None:
-            out = run_local(rows, stage)
+        self.rows = len(rows)
+        if self._pool is None:
+            out = run_local(rows, self._stage)
         else:
-            from xmr.pipeline.ray_executor import run_stage
-
-            actors = encoder_actors(self.actors, len(rows), c.batch_size, c.actors)
-            out = run_stage(rows, stage, actors=actors)
+            c = self.config
+            self._pool.grow(encoder_actors(self.actors, len(rows), c.batch_size, c.actors))
+            out = self._pool.run(rows, desc="encode")
+            self.timings["encoder_wait_s"] = self._pool.wait_s
+            self.timings["encoder_setup_s"] = max(self._pool.setup_s.values())
         image_index = {key: i for i, key in enumerate(images)}
         index = [image_index[key] for key in image_keys]
         text_index = {text: len(images) + i for i, text in enumerate(unique_texts)}

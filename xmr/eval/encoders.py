@@ -1,7 +1,7 @@
 """The encoding stage: images and texts to L2-normalised embeddings, batch by batch.
 
-A plain :class:`~xmr.pipeline.Stage`; ``xmr.pipeline.ray_executor`` runs it as a Ray Data
-actor pool (one model per actor, CPU or GPU), ``xmr.pipeline.run_local`` in this process with a
+A plain :class:`~xmr.pipeline.Stage`; ``xmr.pipeline.ray_executor.StagePool`` runs it in Ray
+actors (one model per actor, CPU or GPU), ``xmr.pipeline.run_local`` in this process with a
 model already in memory (evaluation inside a training worker). A row that cannot be encoded
 (missing or corrupt image) gets a zero embedding and its reason in the ``error`` column.
 """
@@ -9,15 +9,24 @@ model already in memory (evaluation inside a training worker). A row that cannot
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import torch
+from PIL import Image
 
 from xmr.data.errors import DataError
 from xmr.eval.protocol import ImageQuery
 from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.storage import as_path
+
+
+def _start_cuda(device: str) -> None:
+    """Create ``device``'s CUDA context and cuBLAS handle (what a first GPU op would)."""
+    with torch.cuda.device(torch.device(device)):
+        torch.zeros(1, device=device)
+        torch.cuda.current_blas_handle()
 
 
 class EncodeQueries(Stage):
@@ -49,11 +58,28 @@ class EncodeQueries(Stage):
         self.model = model
 
     def setup(self) -> None:
+        """Build the model on this worker's cores; on a GPU, start CUDA meanwhile (its context
+        and cuBLAS take seconds, the build on the CPU too) and encode a warm-up batch."""
         if self.model is not None:
             return
-        if self.device == "cpu":
-            torch.set_num_threads(max(1, int(self.resources.cpus)))
-        self.model = create_model(self.spec, device=self.device, seed=self.seed)
+        torch.set_num_threads(max(1, int(self.resources.cpus)))
+        if not self.device.startswith("cuda"):
+            self.model = create_model(self.spec, device=self.device, seed=self.seed)
+            return
+        cuda = threading.Thread(target=_start_cuda, args=(self.device,), name="start-cuda")
+        cuda.start()
+        model = create_model(self.spec, device="cpu", seed=self.seed)
+        cuda.join()
+        self.model = model.to(self.device)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Encode one batch of blank images and one of texts, so that a GPU's first kernels
+        (cuBLAS handles, autotuning) are chosen during setup, not in the first real batch."""
+        blank = self.model.preprocess(Image.new("RGB", (224, 224)))
+        self.model.encode_images(blank.unsqueeze(0).expand(self.batch_size, -1, -1, -1))
+        self.model.encode_texts(["a photo"] * self.batch_size)
+        torch.cuda.synchronize()
 
     def process(self, batch: Batch) -> Batch:
         paths = [str(p) for p in batch["path"]]

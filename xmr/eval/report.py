@@ -74,6 +74,24 @@ def _class_suffixes(metrics: dict[str, float], stem: str, ks: tuple[int, ...]) -
     return list(dict.fromkeys(suffixes))
 
 
+def timing_text(timings: dict[str, float]) -> str:
+    """Where an evaluation's seconds went, for its report.
+
+    >>> timing_text({"prepare_s": 2.04, "encode_s": 9.1, "encoder_wait_s": 1.2,
+    ...              "metrics_s": 0.5, "total_s": 11.6})
+    '11.6 s: prepare 2.0 s, encode 9.1 s (1.2 s waiting for the encoder), metrics 0.5 s'
+    """
+    parts = []
+    for key, label in (("prepare_s", "prepare"), ("read_s", "read"), ("encode_s", "encode"),
+                       ("metrics_s", "metrics")):  # fmt: skip
+        if key in timings:
+            part = f"{label} {timings[key]:.1f} s"
+            if key == "encode_s" and "encoder_wait_s" in timings:
+                part += f" ({timings['encoder_wait_s']:.1f} s waiting for the encoder)"
+            parts.append(part)
+    return f"{timings['total_s']:.1f} s: " + ", ".join(parts)
+
+
 def print_report(result: EvalResult, config: EvalConfig, console: Console | None = None) -> None:
     console = console or Console()
     console.print(metrics_table(result, config.ks))
@@ -83,7 +101,7 @@ def print_report(result: EvalResult, config: EvalConfig, console: Console | None
             f"the queries ({config.bootstrap} resamples)[/dim]"
         )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
-    console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s[/dim]")
+    console.print(f"[dim]{counts}; {timing_text(result.timings)}[/dim]")
     if result.bias_split not in (None, config.split):
         console.print(f"[dim]Bias@K ranks the {result.bias_split} split's images[/dim]")
     if result.clip is not None:
@@ -214,7 +232,7 @@ def print_benchmark(
             f"the items, resampled within each group ({config.bootstrap} resamples)[/dim]"
         )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
-    console.print(f"[dim]{counts}; {result.timings['total_s']:.1f} s on {result.device}[/dim]")
+    console.print(f"[dim]{counts}; {timing_text(result.timings)}, on {result.device}[/dim]")
     if result.missing:
         console.print(f"not found, not scored: {', '.join(result.missing)}")
     for issue in result.issues[:10]:

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +20,8 @@ from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 from xmr.job_env import forwarded_env
 from xmr.logs import MessageFilter, quiet_console
 from xmr.options import UnavailableError
-from xmr.pipeline.stage import Batch, Stage
+from xmr.pipeline.stage import Batch, Stage, rows_to_batch
+from xmr.progress import console_progress
 from xmr.stops import take_back_sigterm
 
 _LOOPBACK = "127.0.0.1"
@@ -171,20 +173,36 @@ def _single_node_addresses() -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = saved
 
 
+def cluster_cpus() -> int:
+    """Number of CPU cores the Ray cluster has (at least 1)."""
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
 def cluster_gpus() -> int:
     """Number of GPUs the Ray cluster has (0 on a laptop)."""
     return int(ray.cluster_resources().get("GPU", 0))
 
 
 class _StageActor:
-    """Ray Data callable class: sets the stage up once per actor, then maps batches."""
+    """Sets the stage up once per actor, then maps batches: a Ray Data callable class, and the
+    actor of a :class:`StagePool`."""
 
     def __init__(self, stage: Stage) -> None:
+        start = time.perf_counter()
         self.stage = stage
         self.stage.setup()
+        self.setup_s = time.perf_counter() - start
 
     def __call__(self, batch: Batch) -> Batch:
         return self.stage.process(batch)
+
+    def process(self, batch: Batch) -> Batch:
+        """One batch (the method a :class:`StagePool` calls)."""
+        return self.stage.process(batch)
+
+    def setup_seconds(self) -> float:
+        """Seconds the stage's setup took here (its answer also says the actor is ready)."""
+        return self.setup_s
 
 
 def _run_task(batch: Batch, stage: Stage) -> Batch:
@@ -220,19 +238,119 @@ def map_stage(ds: ray.data.Dataset, stage: Stage, *, actors: int) -> ray.data.Da
 
 
 def run_stage(rows: list[dict], stage: Stage, *, actors: int) -> Batch:
-    """Run ``stage`` over ``rows`` on Ray and return its output columns in input order.
+    """Run ``stage`` over ``rows`` in ``actors`` new actors and return its output columns in
+    input order (a :class:`StagePool` made for the one run)."""
+    pool = StagePool(stage, actors)
+    try:
+        return pool.run(rows)
+    finally:
+        pool.close()
 
-    Each row gets a ``row`` index column (the stage must pass it through) so the output can be
-    put back in input order whatever order the actors finish in.
+
+class StagePool:
+    """A stage set up in Ray actors from the moment the pool is made, then mapped over rows.
+
+    An actor that builds a model takes seconds to be ready (its process, the imports, the
+    weights, on a GPU the CUDA context and the first kernels). Made before the rows exist, a
+    pool starts while the driver does its own work (reads the data, plans the queries), and
+    :meth:`run` waits only for what is left of the start (:attr:`wait_s`). The pool may
+    :meth:`grow` once the work is sized; :meth:`close` ends its actors.
+
+    :meth:`run` cuts the rows into batches of the stage's ``batch_size`` and gives them to the
+    ready actors, :data:`BATCHES_IN_FLIGHT` at a time each (the next batch is queued while one
+    runs); an actor still starting gets none, so it never holds batches the others could do.
+    An actor lost mid-run (its node, its process) is restarted and its batches rerun
+    (:data:`ACTOR_RESTARTS`). Rows keep their input order, and the stage's per-row ``error``
+    column comes back with them: no row is lost.
     """
-    if not rows:
-        return {}
-    items = [{"row": i, **row} for i, row in enumerate(rows)]
-    ds = map_stage(ray.data.from_items(items), stage, actors=actors)
-    parts = list(ds.iter_batches(batch_format="numpy", batch_size=None))
-    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    order = np.argsort(columns.pop("row"), kind="stable")
-    return {key: value[order] for key, value in columns.items()}
+
+    BATCHES_IN_FLIGHT = 2
+    ACTOR_RESTARTS = 2
+
+    def __init__(self, stage: Stage, actors: int = 1) -> None:
+        """Start ``actors`` actors (at least one), each with the stage's resources."""
+        self.stage = stage
+        self._actor_class = ray.remote(_StageActor).options(
+            num_cpus=stage.resources.cpus,
+            num_gpus=stage.resources.gpus,
+            max_restarts=self.ACTOR_RESTARTS,
+            max_task_retries=self.ACTOR_RESTARTS,
+        )
+        self._actors: list[ray.actor.ActorHandle] = []
+        self._ready: list[ray.ObjectRef] = []
+        self.wait_s = 0.0
+        """Seconds the last :meth:`run` waited for its first actor to be ready."""
+        self.setup_s: dict[int, float] = {}
+        """Seconds each actor that has been ready took to set the stage up, by actor."""
+        self.grow(actors)
+
+    @property
+    def size(self) -> int:
+        """Actors in the pool (started or starting)."""
+        return len(self._actors)
+
+    def grow(self, actors: int) -> None:
+        """Start more actors until the pool has ``actors`` (never fewer than it has)."""
+        while len(self._actors) < max(1, actors):
+            actor = self._actor_class.remote(self.stage)
+            self._actors.append(actor)
+            self._ready.append(actor.setup_seconds.remote())
+
+    def run(self, rows: list[dict], *, desc: str | None = None) -> Batch:
+        """The stage's output columns for ``rows``, in input order (``{}`` for no rows).
+
+        ``desc``: show progress under that name (a bar on a terminal, lines in a log).
+        Each row gets a ``row`` index column, which the stage must pass through.
+        """
+        if not rows:
+            return {}
+        size = self.stage.batch_size
+        batches = [
+            {"row": np.arange(s, s + len(rows[s : s + size])), **rows_to_batch(rows[s : s + size])}
+            for s in range(0, len(rows), size)
+        ]
+        start = time.perf_counter()
+        ray.wait(self._ready, num_returns=1)
+        self.wait_s = time.perf_counter() - start
+        ready, _ = ray.wait(self._ready, num_returns=len(self._ready), timeout=0)
+        for ref in ready:
+            self._note_ready(ref)
+        parts: list[Batch | None] = [None] * len(batches)
+        free = {a: self.BATCHES_IN_FLIGHT for a, r in enumerate(self._ready) if r in ready}
+        starting = {r: a for a, r in enumerate(self._ready) if r not in ready}
+        running: dict[ray.ObjectRef, tuple[int, int]] = {}  # result -> (batch, actor)
+        following = 0
+        with console_progress(len(rows), desc or "", unit="rows", enabled=bool(desc)) as bar:
+            while following < len(batches) or running:
+                for actor in free:
+                    while free[actor] and following < len(batches):
+                        ref = self._actors[actor].process.remote(batches[following])
+                        running[ref] = (following, actor)
+                        free[actor] -= 1
+                        following += 1
+                done, _ = ray.wait([*running, *starting], num_returns=1)
+                for ref in done:
+                    if ref in starting:
+                        self._note_ready(ref)
+                        free[starting.pop(ref)] = self.BATCHES_IN_FLIGHT
+                        continue
+                    index, actor = running.pop(ref)
+                    parts[index] = ray.get(ref)
+                    free[actor] += 1
+                    bar.update(len(batches[index]["row"]))
+        columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+        order = np.argsort(columns.pop("row"), kind="stable")
+        return {key: value[order] for key, value in columns.items()}
+
+    def _note_ready(self, ref: ray.ObjectRef) -> None:
+        """Record an actor's setup seconds; an actor whose setup failed raises its error."""
+        self.setup_s[self._ready.index(ref)] = float(ray.get(ref))
+
+    def close(self) -> None:
+        """End the pool's actors (their GPUs and memory go back to the cluster)."""
+        for actor in self._actors:
+            ray.kill(actor)
+        self._actors, self._ready, self.setup_s = [], [], {}
 
 
 class RayExecutor:
@@ -256,7 +374,7 @@ class RayExecutor:
     @property
     def cpus(self) -> int:
         """CPU cores the cluster has now (1 when Ray reports none)."""
-        return int(ray.cluster_resources().get("CPU", 1))
+        return cluster_cpus()
 
     @property
     def gpus(self) -> int:
