@@ -101,7 +101,8 @@ def print_report(result: EvalResult, config: EvalConfig, console: Console | None
             f"the queries ({config.bootstrap} resamples)[/dim]"
         )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
-    console.print(f"[dim]{counts}; {timing_text(result.timings)}[/dim]")
+    console.print(f"[dim]{counts}[/dim]")
+    console.print(f"[dim]{timing_text(result.timings)}[/dim]")
     if result.bias_split not in (None, config.split):
         console.print(f"[dim]Bias@K ranks the {result.bias_split} split's images[/dim]")
     if result.clip is not None:
@@ -232,7 +233,8 @@ def print_benchmark(
             f"the items, resampled within each group ({config.bootstrap} resamples)[/dim]"
         )
     counts = ", ".join(f"{k}={v}" for k, v in result.counts.items())
-    console.print(f"[dim]{counts}; {timing_text(result.timings)}, on {result.device}[/dim]")
+    console.print(f"[dim]{counts}[/dim]")
+    console.print(f"[dim]{timing_text(result.timings)}, on {result.device}[/dim]")
     if result.missing:
         console.print(f"not found, not scored: {', '.join(result.missing)}")
     for issue in result.issues[:10]:
