@@ -206,14 +206,14 @@ GPU_ENCODER_CPUS = 4
 random init takes seconds on one core) and decodes and tokenises its batches there."""
 
 
-def gpu_encoder_cpus(cpus: int, actors: int) -> int:
-    """Cores for each of ``actors`` GPU encoder actors on a cluster of ``cpus`` cores: an equal
+def gpu_encoder_cpus(cpus_per_gpu: int) -> int:
+    """Cores for a GPU encoder actor where its node has ``cpus_per_gpu`` cores per GPU: that
     share, at most :data:`GPU_ENCODER_CPUS`, at least one.
 
-    >>> gpu_encoder_cpus(16, 1), gpu_encoder_cpus(16, 8), gpu_encoder_cpus(2, 4)
+    >>> gpu_encoder_cpus(16), gpu_encoder_cpus(2), gpu_encoder_cpus(0)
     (4, 2, 1)
     """
-    return max(1, min(GPU_ENCODER_CPUS, cpus // max(1, actors)))
+    return max(1, min(GPU_ENCODER_CPUS, cpus_per_gpu))
 
 
 BATCHES_PER_ACTOR = 2
@@ -265,14 +265,14 @@ class Encoder:
             self.actors, resources = 0, Resources(cpus=1)
             self._stage = self._encode_stage(resources)
             return
-        from xmr.pipeline.ray_executor import StagePool, cluster_cpus, cluster_gpus, init_ray
+        from xmr.pipeline.ray_executor import StagePool, cluster_gpus, cpus_per_gpu, init_ray
 
         init_ray(address)
         gpus = cluster_gpus()
         self.device = ("cuda" if gpus > 0 else "cpu") if config.device == "auto" else config.device
         if self.device == "cuda":
             self.actors = config.actors or max(1, gpus)
-            resources = Resources(cpus=gpu_encoder_cpus(cluster_cpus(), self.actors), gpus=1)
+            resources = Resources(cpus=gpu_encoder_cpus(cpus_per_gpu()), gpus=1)
         else:
             self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
             resources = Resources(cpus=1)

@@ -173,9 +173,14 @@ def _single_node_addresses() -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = saved
 
 
-def cluster_cpus() -> int:
-    """Number of CPU cores the Ray cluster has (at least 1)."""
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+def cpus_per_gpu() -> int:
+    """CPU cores per GPU on the cluster's GPU nodes: the least over them (0 without GPUs)."""
+    shares = [
+        int(node["Resources"].get("CPU", 0) // node["Resources"]["GPU"])
+        for node in ray.nodes()
+        if node.get("Alive") and node["Resources"].get("GPU", 0) > 0
+    ]
+    return min(shares, default=0)
 
 
 def cluster_gpus() -> int:
@@ -374,7 +379,7 @@ class RayExecutor:
     @property
     def cpus(self) -> int:
         """CPU cores the cluster has now (1 when Ray reports none)."""
-        return cluster_cpus()
+        return int(ray.cluster_resources().get("CPU", 1))
 
     @property
     def gpus(self) -> int:
