@@ -36,7 +36,7 @@ import time
 import psutil
 import ray
 
-from xmr.pipeline.ray_executor import init_ray, run_stage
+from xmr.pipeline.ray_executor import RayExecutor
 from xmr.pipeline.stage import Stage
 
 
@@ -51,9 +51,10 @@ class Doubled(Stage):
         return {**batch, "x": batch["x"] * 2}
 
 
-init_ray(num_cpus=1)
-doubled = run_stage([{"x": i} for i in range(40)], Doubled(batch_size=4), actors=1)
-assert list(doubled["x"]) == [2 * i for i in range(40)]
+executor = RayExecutor(num_cpus=1, progress=False)
+rows = [{"x": i} for i in range(40)]
+doubled = [x for b in executor.stream(rows, [(Doubled(batch_size=4), 1)], blocks=4) for x in b["x"]]
+assert doubled == [2 * i for i in range(40)]
 deadline = time.monotonic() + 90
 while True:
     node = ray.nodes()[0]  # agents report their ports once they are up

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from xmr.pipeline import Resources, Stage
-from xmr.pipeline.ray_executor import StagePool, run_stage
+from xmr.pipeline.ray_executor import StagePool
 
 
 class SquareOrFail(Stage):
@@ -37,12 +37,16 @@ def test_stage_runs_locally_without_ray() -> None:
     assert stage.calls == 2  # set up once, then reused
 
 
-def test_run_stage_on_ray_keeps_order_and_every_row(local_ray) -> None:
+def test_a_stage_pool_on_ray_keeps_order_and_every_row(local_ray) -> None:
     values = list(range(-5, 95))
-    out = run_stage([{"x": v} for v in values], SquareOrFail(batch_size=7), actors=2)
-    assert out["y"].tolist() == [0 if v < 0 else v * v for v in values]
-    assert sum(bool(e) for e in out["error"]) == 5
-    assert run_stage([], SquareOrFail(), actors=1) == {}
+    pool = StagePool(SquareOrFail(batch_size=7), actors=2)
+    try:
+        out = pool.run([{"x": v} for v in values])
+        assert out["y"].tolist() == [0 if v < 0 else v * v for v in values]
+        assert sum(bool(e) for e in out["error"]) == 5
+        assert pool.run([]) == {}
+    finally:
+        pool.close()
 
 
 class Marked(Stage):

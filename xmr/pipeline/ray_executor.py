@@ -242,16 +242,6 @@ def map_stage(ds: ray.data.Dataset, stage: Stage, *, actors: int) -> ray.data.Da
     )
 
 
-def run_stage(rows: list[dict], stage: Stage, *, actors: int) -> Batch:
-    """Run ``stage`` over ``rows`` in ``actors`` new actors and return its output columns in
-    input order (a :class:`StagePool` made for the one run)."""
-    pool = StagePool(stage, actors)
-    try:
-        return pool.run(rows)
-    finally:
-        pool.close()
-
-
 class StagePool:
     """A stage set up in Ray actors from the moment the pool is made, then mapped over rows.
 

@@ -78,7 +78,7 @@ class Stage(ABC):
 def run_local(rows: Sequence[Mapping[str, object]], stage: Stage) -> Batch:
     """Run ``stage`` over ``rows`` in this process, batch by batch; columns in input order.
 
-    The in-process twin of :func:`xmr.pipeline.ray_executor.run_stage` (same output), for work
+    The in-process twin of :meth:`xmr.pipeline.ray_executor.StagePool.run` (same output), for work
     that already sits inside a worker.
     """
     if not rows:
