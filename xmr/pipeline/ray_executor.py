@@ -314,15 +314,15 @@ class StagePool:
         free = {a: self.BATCHES_IN_FLIGHT for a, r in enumerate(self._ready) if r in ready}
         starting = {r: a for a, r in enumerate(self._ready) if r not in ready}
         running: dict[ray.ObjectRef, tuple[int, int]] = {}  # result -> (batch, actor)
-        following = 0
+        next_batch = 0
         with console_progress(len(rows), desc or "", unit="rows", enabled=bool(desc)) as bar:
-            while following < len(batches) or running:
+            while next_batch < len(batches) or running:
                 for actor in free:
-                    while free[actor] and following < len(batches):
-                        ref = self._actors[actor].process.remote(batches[following])
-                        running[ref] = (following, actor)
+                    while free[actor] and next_batch < len(batches):
+                        ref = self._actors[actor].process.remote(batches[next_batch])
+                        running[ref] = (next_batch, actor)
                         free[actor] -= 1
-                        following += 1
+                        next_batch += 1
                 done, _ = ray.wait([*running, *starting], num_returns=1)
                 for ref in done:
                     if ref in starting:
