@@ -9,7 +9,6 @@ model already in memory (evaluation inside a training worker). A row that cannot
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import torch
@@ -20,13 +19,6 @@ from xmr.eval.protocol import ImageQuery
 from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.storage import as_path
-
-
-def _start_cuda(device: str) -> None:
-    """Create ``device``'s CUDA context and cuBLAS handle (what a first GPU op would)."""
-    with torch.cuda.device(torch.device(device)):
-        torch.zeros(1, device=device)
-        torch.cuda.current_blas_handle()
 
 
 class EncodeQueries(Stage):
@@ -58,20 +50,13 @@ class EncodeQueries(Stage):
         self.model = model
 
     def setup(self) -> None:
-        """Build the model on this worker's cores; on a GPU, start CUDA meanwhile (its context
-        and cuBLAS take seconds, the build on the CPU too) and encode a warm-up batch."""
+        """Build the model on this worker's cores; on a GPU, then encode a warm-up batch."""
         if self.model is not None:
             return
         torch.set_num_threads(max(1, int(self.resources.cpus)))
-        if not self.device.startswith("cuda"):
-            self.model = create_model(self.spec, device=self.device, seed=self.seed)
-            return
-        cuda = threading.Thread(target=_start_cuda, args=(self.device,), name="start-cuda")
-        cuda.start()
-        model = create_model(self.spec, device="cpu", seed=self.seed)
-        cuda.join()
-        self.model = model.to(self.device)
-        self._warm_up()
+        self.model = create_model(self.spec, device=self.device, seed=self.seed)
+        if self.device.startswith("cuda"):
+            self._warm_up()
 
     def _warm_up(self) -> None:
         """Encode one batch of blank images and one of texts, so that a GPU's first kernels
