@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -239,3 +241,19 @@ def test_unknown_arch_fails_before_starting_work(tmp_path) -> None:
     result = runner.invoke(app, ["eval", "--arch", "xmr-huge", "--pretrained", "none"])
     assert result.exit_code == 2
     assert "unknown clip arch 'xmr-huge'" in result.output
+
+
+@pytest.mark.parametrize("flag", ["--bias-split", "--mi-split"])
+def test_a_split_flag_the_world_lacks_is_refused_before_ray(tiny_world, flag) -> None:
+    # The cluster address leads nowhere: a refusal that came after Ray's start would be
+    # "could not connect". It comes first, in one line naming the flag and the file.
+    extra = ["--clip-m", "4"] if flag == "--mi-split" else []
+    result = subprocess.run(
+        [sys.executable, "-m", "xmr.cli", "eval", "--data", str(tiny_world), *MODEL_ARGS,
+         flag, "nosuch", *extra, "--address", "ray://127.0.0.1:9"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"{flag} 'nosuch'" in error[0] and "nosuch.json" in error[0]
+    assert "connect" not in result.stdout + result.stderr

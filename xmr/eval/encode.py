@@ -106,17 +106,18 @@ def encode(
     records = read_dataset(config.dataset, root, config.split, issues=issues)
     if not records:
         raise ValueError(f"{root}: split {config.split!r} has no usable images")
-    # The flags and the split are checked: the encoder's actors start now, while the rest is
-    # read and planned.
+    design = read_gender_design(root) if config.dataset == "toyworld" else GenderDesign()
+    bias_split, bias_records = _bias_records(config, root, records, design, issues)
+    with_mi = config.clip_m > 0 if mi_features is None else mi_features
+    mi_records = _mi_records(config, root, records) if with_mi else []
+    # Every flag and split is read: the encoder's actors start now, while the ODmAP queries,
+    # the caption gallery and the class mentions are worked out.
     with Encoder(config, model, address) as encoder:
         retrieval = RetrievalSet.from_records(records)
-        design = read_gender_design(root) if config.dataset == "toyworld" else GenderDesign()
         odmap = (
             _odmap_set(config, root, records, issues, design) if "odmap" in config.metrics else None
         )
-        bias = _BiasSet.read(config, root, records, design, issues)
-        with_mi = config.clip_m > 0 if mi_features is None else mi_features
-        mi_records = _mi_records(config, root, records) if with_mi else []
+        bias = _BiasSet.build(config, bias_split, bias_records, design)
         image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
         if bias.split == config.split:
             bias_rows = np.arange(len(records))
@@ -164,28 +165,42 @@ class _BiasSet:
     mentions: list[set[str]]
 
     @classmethod
-    def read(
-        cls,
-        config: EvalConfig,
-        root: StoragePath,
-        records: list[ImageRecord],
-        design: GenderDesign,
-        issues: list[DataIssue],
+    def build(
+        cls, config: EvalConfig, split: str, records: list[ImageRecord], design: GenderDesign
     ) -> _BiasSet:
-        """Bias@K's split: ``config.bias_split``, else the world's gender split for
-        ``config.split`` (:class:`GenderDesign`), else the scored split itself; empty when
-        ``bias`` is not among the metrics."""
+        """The queries of ``split``'s ``records`` (:func:`_bias_records`) and, for the
+        per-class Bias@K, the classes each mentions; empty when ``bias`` is not among the
+        metrics."""
         if "bias" not in config.metrics:
             return cls(config.split, [], [], [], (), [])
-        split = config.bias_split or design.split_for(config.split) or config.split
-        if split != config.split:
-            records = read_dataset(config.dataset, root, split, issues=issues)
-            if not records:
-                raise ValueError(f"{root}: --bias-split {split!r} has no usable images")
         classes = design.classes if config.bias_classes is None else config.bias_classes
         texts, genders = neutral_queries(records)
         mentions = caption_mentions(config.dataset, records) if classes else []
         return cls(split, records, genders, texts, tuple(classes), mentions)
+
+
+def _bias_records(
+    config: EvalConfig,
+    root: StoragePath,
+    records: list[ImageRecord],
+    design: GenderDesign,
+    issues: list[DataIssue],
+) -> tuple[str, list[ImageRecord]]:
+    """Bias@K's split and its records: ``config.bias_split``, else the world's gender split for
+    ``config.split`` (:class:`GenderDesign`), else the scored split itself (``records``); no
+    records when ``bias`` is not among the metrics."""
+    if "bias" not in config.metrics:
+        return config.split, []
+    split = config.bias_split or design.split_for(config.split) or config.split
+    if split == config.split:
+        return split, records
+    try:
+        records = read_dataset(config.dataset, root, split, issues=issues)
+    except ValueError as exc:  # a split the dataset lacks: name the flag that asked for it
+        raise ValueError(f"--bias-split {split!r}: {exc}") from exc
+    if not records:
+        raise ValueError(f"{root}: --bias-split {split!r} has no usable images")
+    return split, records
 
 
 def _check_bias_classes(config: EvalConfig) -> None:
@@ -377,7 +392,10 @@ def _mi_records(
     """A seeded sample of at most ``mi_samples`` images of ``mi_split`` (CLIP-clip's MI)."""
     pool = records
     if config.mi_split != config.split:
-        pool = read_dataset(config.dataset, root, config.mi_split)
+        try:
+            pool = read_dataset(config.dataset, root, config.mi_split)
+        except ValueError as exc:
+            raise ValueError(f"--mi-split {config.mi_split!r}: {exc}") from exc
         if not pool:
             raise ValueError(f"{root}: --mi-split {config.mi_split!r} has no usable images")
     if len(pool) <= config.mi_samples:
