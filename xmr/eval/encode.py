@@ -17,6 +17,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from xmr.models import RetrievalModel, check_spec
 from xmr.pipeline import Resources, run_local
 from xmr.storage import StoragePath, storage_path
 from xmr.text import COCO_CLASS_WORDS, FLICKR30K_ODMAP_CLASSES, caption_mentions
+
+if TYPE_CHECKING:
+    from xmr.pipeline.ray_executor import StagePool
 
 
 @dataclass
@@ -272,32 +276,30 @@ class Encoder:
         self.timings: dict[str, float] = {}
         """Seconds: ``encoder_wait_s`` (:meth:`encode` waiting for its first actor to be
         ready), ``encoder_setup_s`` (the slowest actor's model build, on Ray)."""
-        self._pool = None
         self.rows = 0
         """Rows the last :meth:`encode` ran: its distinct images and distinct texts."""
+        self._pool: StagePool | None = None
         if model is not None:
             self.device = str(model.device)
             self.actors, resources = 0, Resources(cpus=1)
-            self._stage = self._encode_stage(resources)
-            return
-        from xmr.pipeline.ray_executor import StagePool, cluster_gpus, cpus_per_gpu, init_ray
-
-        init_ray(address)
-        gpus = cluster_gpus()
-        self.device = ("cuda" if gpus > 0 else "cpu") if config.device == "auto" else config.device
-        if self.device == "cuda":
-            self.actors = config.actors or max(1, gpus)
-            resources = Resources(cpus=gpu_encoder_cpus(cpus_per_gpu()), gpus=1)
         else:
-            self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
-            resources = Resources(cpus=1)
-        self._stage = self._encode_stage(resources)
-        first = config.actors or (self.actors if self.device == "cuda" else 1)
-        self._pool = StagePool(self._stage, first)
+            from xmr.pipeline.ray_executor import StagePool, cluster_gpus, cpus_per_gpu, init_ray
 
-    def _encode_stage(self, resources: Resources) -> EncodeQueries:
-        c = self.config
-        return EncodeQueries(c.model, self.device, resources, c.batch_size, c.seed, self.model)
+            init_ray(address)
+            gpus = cluster_gpus()
+            auto = "cuda" if gpus > 0 else "cpu"
+            self.device = auto if config.device == "auto" else config.device
+            if self.device == "cuda":
+                self.actors = config.actors or max(1, gpus)
+                resources = Resources(cpus=gpu_encoder_cpus(cpus_per_gpu()), gpus=1)
+            else:
+                self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
+                resources = Resources(cpus=1)
+        c = config
+        self._stage = EncodeQueries(c.model, self.device, resources, c.batch_size, c.seed, model)
+        if model is None:
+            first = c.actors or (self.actors if self.device == "cuda" else 1)
+            self._pool = StagePool(self._stage, first)
 
     def __enter__(self) -> Encoder:
         return self
@@ -333,8 +335,10 @@ class Encoder:
         ]
         rows += [{"path": "", "inpaint": "", "crop": "", "text": text} for text in unique_texts]
         self.rows = len(rows)
-        if self._pool is None:
+        if self.model is not None:
             out = run_local(rows, self._stage)
+        elif self._pool is None:
+            raise RuntimeError("this encoder is closed: its actors have ended")
         else:
             c = self.config
             self._pool.grow(encoder_actors(self.actors, len(rows), c.batch_size, c.actors))

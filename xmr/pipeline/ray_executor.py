@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
 import ray
 import ray._private.ray_constants
 import ray.data
@@ -20,7 +19,7 @@ from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 from xmr.job_env import forwarded_env
 from xmr.logs import MessageFilter, quiet_console
 from xmr.options import UnavailableError
-from xmr.pipeline.stage import Batch, Stage, rows_to_batch
+from xmr.pipeline.stage import Batch, Stage, in_row_order, numbered_batches
 from xmr.progress import console_progress
 from xmr.stops import take_back_sigterm
 
@@ -198,12 +197,11 @@ class _StageActor:
         self.stage.setup()
         self.setup_s = time.perf_counter() - start
 
-    def __call__(self, batch: Batch) -> Batch:
-        return self.stage.process(batch)
-
     def process(self, batch: Batch) -> Batch:
         """One batch (the method a :class:`StagePool` calls)."""
         return self.stage.process(batch)
+
+    __call__ = process  # how Ray Data calls it
 
     def setup_seconds(self) -> float:
         """Seconds the stage's setup took here (its answer also says the actor is ready)."""
@@ -299,11 +297,7 @@ class StagePool:
         """
         if not rows:
             return {}
-        size = self.stage.batch_size
-        batches = [
-            {"row": np.arange(s, s + len(rows[s : s + size])), **rows_to_batch(rows[s : s + size])}
-            for s in range(0, len(rows), size)
-        ]
+        batches = numbered_batches(rows, self.stage.batch_size)
         start = time.perf_counter()
         ray.wait(self._ready, num_returns=1)
         self.wait_s = time.perf_counter() - start
@@ -333,9 +327,7 @@ class StagePool:
                     parts[index] = ray.get(ref)
                     free[actor] += 1
                     bar.update(len(batches[index]["row"]))
-        columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-        order = np.argsort(columns.pop("row"), kind="stable")
-        return {key: value[order] for key, value in columns.items()}
+        return in_row_order(parts)
 
     def _note_ready(self, ref: ray.ObjectRef) -> None:
         """Record an actor's setup seconds; an actor whose setup failed raises its error."""

@@ -75,6 +75,24 @@ class Stage(ABC):
         return self.process(batch)
 
 
+def numbered_batches(rows: Sequence[Mapping[str, object]], size: int) -> list[Batch]:
+    """``rows`` cut into column batches of ``size``, each with a ``row`` column (int ``[B]``,
+    the rows' positions in ``rows``) that a stage passes through, so that outputs finished in
+    any order go back in input order (:func:`in_row_order`)."""
+    starts = range(0, len(rows), size)
+    return [
+        {"row": np.arange(s, min(s + size, len(rows))), **rows_to_batch(rows[s : s + size])}
+        for s in starts
+    ]
+
+
+def in_row_order(parts: Sequence[Batch]) -> Batch:
+    """Output batches joined and sorted back by their ``row`` column, which is dropped."""
+    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    order = np.argsort(columns.pop("row"), kind="stable")
+    return {key: value[order] for key, value in columns.items()}
+
+
 def run_local(rows: Sequence[Mapping[str, object]], stage: Stage) -> Batch:
     """Run ``stage`` over ``rows`` in this process, batch by batch; columns in input order.
 
@@ -84,11 +102,4 @@ def run_local(rows: Sequence[Mapping[str, object]], stage: Stage) -> Batch:
     if not rows:
         return {}
     stage.setup()
-    parts = []
-    for start in range(0, len(rows), stage.batch_size):
-        chunk = rows[start : start + stage.batch_size]
-        numbered = [{"row": start + j, **row} for j, row in enumerate(chunk)]
-        parts.append(stage.process(rows_to_batch(numbered)))
-    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    columns.pop("row")
-    return columns
+    return in_row_order([stage.process(b) for b in numbered_batches(rows, stage.batch_size)])
