@@ -129,6 +129,7 @@ class ChatServer:
         self.expected_key = expected_key
         self.default = default
         self.rules: list[tuple[str, str]] = []
+        self.failures: list[tuple[str, int]] = []
         self.max_concurrent = 0
         self._log: list[LoggedRequest] = []
         self._open = 0
@@ -140,6 +141,11 @@ class ChatServer:
     def reply_when(self, fragment: str, text: str) -> None:
         """Answer ``text`` to user messages containing ``fragment`` (first matching rule wins)."""
         self.rules.append((fragment, text))
+
+    def fail_when(self, fragment: str, status: int) -> None:
+        """Answer HTTP ``status`` (an error body; 429 with ``Retry-After``) to every user
+        message containing ``fragment``."""
+        self.failures.append((fragment, status))
 
     @property
     def url(self) -> str:
@@ -278,6 +284,11 @@ class _Handler(BaseHTTPRequestHandler):
         if script != "default" and script not in SCRIPTS:
             self._send(400, error_body(f"unknown script {script!r}", "invalid_request_error"))
             return 400
+        failure = next((code for fragment, code in chat.failures if fragment in user_text), None)
+        if failure is not None:
+            headers = {"Retry-After": chat.retry_after} if failure == 429 else None
+            self._send(failure, error_body("scripted failure", "server_error"), headers)
+            return failure
         if script in FIXED_ANSWERS:
             self._send(200, completion(FIXED_ANSWERS[script], model))
         elif script == "huge":

@@ -155,11 +155,17 @@ def test_biaug_builds_pairs_and_records_every_failure(
     ]
     assert len({entry.body_sha256 for entry in proposals}) == len(proposals)  # asked once each
 
-    # The same command again: nothing is asked twice, nothing changes.
-    with ChatServer(default=_answer) as again_server:
+    # The same command again: only the transient failures (500, too slow) are asked again,
+    # and they fail again; with --no-retry-errors nothing is asked; nothing changes.
+    with ChatServer(slow_s=4.0, default=_answer) as again_server:
         again = _synth(again_server, marked_coco, tmp_path / "out", models, uri)
         assert again.exit_code == 0, again.output
-        assert again_server.log == []
+        assert {entry.script for entry in again_server.log} == {"server_error", "slow"}
+    with ChatServer(default=_answer) as quiet_server:
+        args = [*_args(quiet_server, marked_coco, tmp_path / "out", models, uri),
+                "--no-retry-errors"]  # fmt: skip
+        assert CliRunner().invoke(app, args).exit_code == 0
+        assert quiet_server.log == []
     assert synthetic_table(tmp_path / "out").equals(table)
 
     # Killed mid-way through the LLM calls, then rerun: no finished request is asked again,
@@ -299,6 +305,7 @@ def test_biaug_with_perfect_components_edits_only_the_boxes(
     assert manifest["written"] >= 4 and not manifest["counts"]["errors_by_stage"]["inpaint"]
     errors = pq.read_table(out / "errors.parquet").to_pylist()
     assert all(e["stage"] in ("verify", "decouple") and e["message"] for e in errors)
+    assert not any(e["error_type"].startswith("validation:") for e in errors)
 
     oracle = ToyWorldOracle(oracle_world)
     for row in synthetic_table(out).to_pylist():

@@ -3,10 +3,11 @@
 Layout of a D′ folder::
 
     data/part-00000.parquet ...  the pairs (ROW_SCHEMA, or BIAUG_ROW_SCHEMA), shards in plan order
-    errors.parquet                every failed row, with its stage and reason (ERROR_SCHEMA)
+    errors.parquet                every failed row, with its stage, reason and kind (ERROR_SCHEMA)
     manifest.json                 mode, config, its hash, counts (planned == written + errors)
     plan.parquet                  the planned rows (a rerun resumes without replanning)
-    reasons.parquet, llm_cache/   BiAug only: what a step left out and why; the LLM's answers
+    plan_retries/                 what reruns planned again after transient errors
+    reasons.parquet               BiAug only: what a step left out and why
 
 ``image`` holds PNG bytes of the whole synthetic image; ``removed_boxes`` (``box`` for BiAug) are
 the ``[x, y, w, h]`` pixel boxes that were filled.
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from xmr.data.error_kinds import with_kind
 from xmr.data.errors import DataError
 from xmr.data.images import decode_image
 from xmr.storage import ObjectPath, StoragePath, filesystem_and_path, is_uri
@@ -74,8 +76,11 @@ ERROR_SCHEMA = pa.schema(
         ("stage", pa.string()),
         ("error_type", pa.string()),
         ("message", pa.string()),
+        ("kind", pa.string()),  # transient | permanent (xmr.data.error_kinds)
     ]
 )
+"""A failed unit of a D′ build: its key, the stage that failed it, why, and whether a rerun
+may recover it (``kind``)."""
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
 ERRORS = "errors.parquet"
@@ -200,4 +205,14 @@ def read_synthetic(root: str | StoragePath) -> list[SyntheticPair]:
 def read_synthetic_errors(root: str | StoragePath) -> pa.Table:
     """The failed rows of a finished D′ build (ERROR_SCHEMA)."""
     read_manifest(root)
-    return read_parquet(_folder(root) / ERRORS, schema=ERROR_SCHEMA)
+    return read_error_table(_folder(root) / ERRORS)
+
+
+def read_error_table(path: StoragePath) -> pa.Table:
+    """An ERROR_SCHEMA Parquet file; one written before errors had a ``kind`` gets it from
+    :func:`~xmr.data.error_kinds.error_kind`."""
+    table = read_parquet(path)
+    if "kind" not in table.column_names:
+        rows = [with_kind(row) for row in table.to_pylist()]
+        return pa.Table.from_pylist(rows, schema=ERROR_SCHEMA)
+    return table.select(ERROR_SCHEMA.names).cast(ERROR_SCHEMA)

@@ -85,7 +85,8 @@ class LLMSpec:
     cache_dir: StoragePath | None = option(
         None,
         "Folder of the LLM response cache, shared by all workers: a local or shared path, or "
-        "s3://bucket/folder (xmr synth: default <out>/llm_cache, in the object store too).",
+        "s3://bucket/folder (xmr synth: default $XMR_STORAGE/llm_cache, else ~/.cache/xmr/llm; "
+        "beside --out for an s3:// --out).",
         flag="llm-cache",
         output=True,
     )

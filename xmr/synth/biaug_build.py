@@ -19,10 +19,10 @@ LLM stages' actors (checked before Ray starts, :func:`check_oracle`; not cached:
 model). ``--boxes gt`` confirms the proposals from each example's annotations instead of the
 detector.
 
-Resuming: the LLM's answers are cached (``--llm-cache``, default ``<out>/llm_cache``: in the
-object store too when ``--out`` is ``s3://…``, so a rerun on any node finds them), so a rerun
-pays for no call twice; a saved plan is reused, and only missing shards are redone. The
-manifest's ``llm.cache`` says where the answers are.
+Resuming: the LLM's answers are cached (``--llm-cache``, default outside ``--out``:
+:func:`default_llm_cache`), so a rerun, or a build into a new ``--out``, pays for no call twice;
+a saved plan is reused, and only missing shards are redone. A rerun also asks again what failed
+transiently (:mod:`xmr.synth.retry`). The manifest's ``llm.cache`` says where the answers are.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ import datetime as dt
 import hashlib
 import json
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,15 +45,17 @@ import pyarrow as pa
 
 from xmr import __version__
 from xmr.biaug import ToyWorldOracle
+from xmr.data.default_world import cache_dir
+from xmr.data.error_kinds import with_kind
 from xmr.data.records import ImageRecord
-from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_parquet
+from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_error_table, read_parquet
 from xmr.llm import ChatRequest, LLMSpec, ResponseCache, cache_key
 from xmr.llm.spec import ORACLE
 from xmr.llm.vllm import BACKEND as VLLM
 from xmr.llm.vllm import build_vllm_processor
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch, batch_rows
-from xmr.storage import StoragePath
+from xmr.storage import STORAGE_ENV, StoragePath, default_output, is_uri
 from xmr.synth.biaug_stages import (
     GROUP_COLUMNS,
     DecoupleAttributes,
@@ -67,8 +70,10 @@ from xmr.synth.build import (
     ShardAssembler,
     SynthResult,
     add_busy,
+    announce_retries,
     check_same_build,
     data_root,
+    error_counts,
     inputs_hash,
     log_lines,
     placement,
@@ -83,6 +88,7 @@ from xmr.synth.output import (
     LLM_CACHE,
     PLAN,
     PLAN_ERRORS,
+    PLAN_REASONS,
     REASONS,
     check_out_dir,
     count_written,
@@ -91,8 +97,17 @@ from xmr.synth.output import (
     finished_shards,
     merge_errors,
     shard_path,
-    split_shards,
     write_table_atomic,
+)
+from xmr.synth.retry import (
+    PlanRetry,
+    RetryCounts,
+    apply_retry,
+    plan_retry_keys,
+    save_retry,
+    saved_retries,
+    segment_shards,
+    shard_retries,
 )
 from xmr.synth.rows import row_seed
 from xmr.synth.stages import ERROR_COLUMNS
@@ -182,9 +197,25 @@ def hard_negative_groups(batch: Batch, i: int, seed: int) -> list[dict]:
     return groups
 
 
+def refused_groups(batch: Batch, i: int) -> list[dict]:
+    """One error row per attribute row of source example ``i`` that validation refused, keyed
+    by the hard-negative group it would have been (``validation:<rule>``, permanent)."""
+    return [
+        with_kind({"key": f"{batch['key'][i]}/{r['object']}/{r['category']}",
+                   "stage": "decouple", "error_type": f"validation:{r['rule']}",
+                   "message": r["message"]})
+        for r in json.loads(batch["refused"][i])
+    ]  # fmt: skip
+
+
 def _reasons_of(batch: Batch, i: int) -> list[dict]:
     key = str(batch["key"][i])
     reasons = [
+        {"key": key, "stage": "propose", "rule": f"validation:{r['rule']}", "item": r["name"],
+         "message": r["reason"]}
+        for r in json.loads(batch["refused_objects"][i])
+    ]  # fmt: skip
+    reasons += [
         {"key": key, "stage": "verify", "rule": d["rule"], "item": d["name"],
          "message": d["reason"]}
         for d in json.loads(batch["dropped"][i])
@@ -236,6 +267,7 @@ def plan_pass(
                 errors.append(error_record(batch, i))
             else:
                 groups += hard_negative_groups(batch, i, config.seed)
+                errors += refused_groups(batch, i)
     return groups, errors, reasons, dict(stats), dict(busy)
 
 
@@ -254,8 +286,12 @@ def _streamed_plan(
     llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
     llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
     llm_batch = max(runtime.batch_size, llm.max_in_flight)
+    vocabulary = config.object_names()
+    propose = ProposeObjects(
+        config, llm, llm_res, llm_batch, stage_device(llm_res), vocabulary=vocabulary
+    )
     stages: list[tuple[Stage, int]] = [
-        (ProposeObjects(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
+        (propose, llm_actors),
         _verify_stage(place, config, runtime),
         (DecoupleAttributes(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
     ]
@@ -289,7 +325,9 @@ def _engine_plan(
     light = Resources(cpus=0.25)
     questions = [propose_request(config, str(row["caption"])) for row in examples]
     failures = _engine_pass(executor, questions, llm, runtime, busy)
-    propose = ProposeObjects(config, llm, light, runtime.batch_size, "cpu", failures)
+    propose = ProposeObjects(
+        config, llm, light, runtime.batch_size, "cpu", failures, config.object_names()
+    )
     proposed = [
         row
         for batch in executor.stream(
@@ -375,12 +413,16 @@ def synth_pass(
     groups: list[dict],
     shards: list[list[str]],
     pending: set[int],
+    retries: dict[int, list[str]],
     config: SynthConfig,
     runtime: SynthRuntime,
     world: Path,
+    counts: RetryCounts,
 ) -> dict[str, float]:
-    """Inpaint the groups of the ``pending`` shards, committing shards as they finish."""
+    """Inpaint the groups of the ``pending`` shards and of the ``retries`` of committed ones,
+    committing shards as they finish; the retries are added to ``counts``."""
     keys = {k for s in pending for k in shards[s]}
+    keys.update(k for again in retries.values() for k in again)
     todo = [g for g in groups if f"{g['key']}/positive" in keys or f"{g['key']}/negative" in keys]
     if not todo:
         return {}
@@ -390,7 +432,7 @@ def synth_pass(
     actors = place.actors(runtime.fill_actors, on_gpu, 1)
     batch_size = runtime.batch_size if not resources.gpus else min(runtime.batch_size, 4)
     stage = InpaintPairs(config, resources, batch_size, stage_device(resources), str(world))
-    assembler = ShardAssembler(runtime.out, shards, pending, BIAUG_ROW_SCHEMA)
+    assembler = ShardAssembler(runtime.out, shards, pending, BIAUG_ROW_SCHEMA, retries)
     blank = {name: "" for name in ERROR_COLUMNS}
     busy: Counter = Counter()
     lines = log_lines(len(todo), "inpaint", "groups", runtime)
@@ -411,11 +453,41 @@ def synth_pass(
                     assembler.add(key, _row(group, role, group[column], config.fill), None)
         busy["write"] += time.perf_counter() - start
     assembler.check_complete()
+    counts.retried += sum(len(again) for again in retries.values())
+    counts.recovered += assembler.recovered
     return dict(busy)
 
 
-def _saved_plan(out: StoragePath, fingerprint: str, digest: str) -> tuple | None:
-    """``(groups, errors, reasons, stats)`` an earlier run saved in ``out``, or None.
+@dataclass
+class _Plan:
+    """The planning pass's results: hard-negative groups, error rows, reasons, statistics, and
+    the group keys of each segment (the plan's, then each retry's)."""
+
+    groups: list[dict]
+    errors: list[dict]
+    reasons: list[dict]
+    stats: Counter
+    segments: list[list[str]]
+
+    def add_retry(self, retry: PlanRetry) -> None:
+        """Apply a retry of the plan's transient errors: its groups become a new segment; its
+        statistics count the retried examples' objects, not the examples again."""
+        added = retry.units.to_pylist()
+        self.groups += added
+        self.segments.append([g["key"] for g in added])
+        self.errors = apply_retry(self.errors, retry.retried, retry.errors)
+        self.reasons += retry.reasons
+        stats = json.loads(retry.metadata.get("statistics", "{}"))
+        stats.pop("source_examples", None)
+        self.stats.update(stats)
+
+    def row_keys(self) -> list[list[str]]:
+        """The row keys of each segment (two rows per group)."""
+        return [[f"{key}/{role}" for key in segment for role in ROLES] for segment in self.segments]
+
+
+def _saved_plan(out: StoragePath, fingerprint: str, digest: str) -> _Plan | None:
+    """The plan an earlier run saved in ``out``, its retries applied, or None.
 
     Raises:
         ValueError: ``out`` holds a plan made from another config or other input data.
@@ -425,9 +497,43 @@ def _saved_plan(out: StoragePath, fingerprint: str, digest: str) -> tuple | None
     table = read_parquet(out / PLAN)
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     check_same_build(out, metadata, fingerprint, digest)
-    errors = read_parquet(out / PLAN_ERRORS).to_pylist()
-    reasons = read_parquet(out / REASONS).to_pylist()
-    return table.to_pylist(), errors, reasons, json.loads(metadata["statistics"])
+    groups = table.to_pylist()
+    plan = _Plan(
+        groups=groups,
+        errors=read_error_table(out / PLAN_ERRORS).to_pylist(),
+        reasons=read_parquet(_plan_reasons(out)).to_pylist(),
+        stats=Counter(json.loads(metadata["statistics"])),
+        segments=[[g["key"] for g in groups]],
+    )
+    for retry in saved_retries(out):
+        plan.add_retry(retry)
+    return plan
+
+
+def _plan_reasons(out: StoragePath) -> StoragePath:
+    """The plan's own reasons (a build from before plan retries kept them in reasons.parquet)."""
+    own = out / PLAN_REASONS
+    return own if own.is_file() else out / REASONS
+
+
+def default_llm_cache(out: StoragePath) -> StoragePath:
+    """Where a build keeps the LLM's answers when ``--llm-cache`` is not given: outside ``out``,
+    so that a build into a new ``--out`` asks nothing an earlier one was answered (entries are
+    keyed by backend, model and request, so builds share them safely).
+
+    In order: ``<out>/llm_cache`` when it exists (a build from before this default);
+    ``$XMR_STORAGE/llm_cache`` when ``XMR_STORAGE`` is set (every node of a cluster reaches
+    it); ``<out's parent>/llm_cache`` for an object-store ``out``; else ``llm/`` in xmr's cache
+    folder (``$XMR_CACHE_DIR``, else ``$XDG_CACHE_HOME/xmr``, else ``~/.cache/xmr``).
+    """
+    inside = out / LLM_CACHE
+    if inside.is_dir():
+        return inside.resolve()
+    if os.environ.get(STORAGE_ENV):
+        return default_output(LLM_CACHE)
+    if is_uri(out):
+        return out.parent / LLM_CACHE
+    return (cache_dir() / "llm").resolve()
 
 
 def check_oracle(config: SynthConfig, llm: LLMSpec, root: Path) -> None:
@@ -453,47 +559,70 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     out = runtime.out
     check_out_dir(out)
     if llm.cache_dir is None:
-        llm = replace(llm, cache_dir=(out / LLM_CACHE).resolve())
+        llm = replace(llm, cache_dir=default_llm_cache(out))
     root = data_root(config, runtime.progress)
     check_oracle(config, llm, root)
+    config.object_names()  # an unreadable --object-vocabulary: one line, before Ray
     records, read_errors = read_inputs(config, root)
     digest = inputs_hash(records, read_errors)
     fingerprint = biaug_fingerprint(config, llm)
     timings = {"read": time.perf_counter() - start}
 
     # Every refusal that needs no cluster comes before Ray starts.
-    saved = _saved_plan(out, fingerprint, digest)
-    if saved is None:
+    plan = _saved_plan(out, fingerprint, digest)
+    examples = source_examples(records, config)
+    again: list[str] = []
+    if plan is None:
         llm.check_ready()  # --llm vllm without vLLM: what to do instead
+    else:
+        by_key = {row["key"] for row in examples}
+        again = [k for k in plan_retry_keys(plan.errors, runtime.retry_errors) if k in by_key]
+        if again:
+            llm.check_ready()
     cluster = cache(partial(start_executor, runtime))  # started on first use: not when finished
     busy: dict[str, float] = {}
-    timings["plan"] = 0.0
-    if saved is None:
-        t = time.perf_counter()
-        examples = source_examples(records, config)
+    counts = RetryCounts()
+    t = time.perf_counter()
+    if plan is None:
         groups, errors, reasons, stats, busy = plan_pass(cluster(), examples, config, runtime, llm)
         errors = read_errors + errors
         write_table_atomic(error_table(errors), out / PLAN_ERRORS)
-        write_table_atomic(pa.Table.from_pylist(reasons, schema=REASON_SCHEMA), out / REASONS)
+        write_table_atomic(_reason_table(reasons), out / PLAN_REASONS)
         metadata = {"config_hash": fingerprint, "inputs_hash": digest,
                     "statistics": json.dumps(stats)}  # fmt: skip
         write_table_atomic(pa.Table.from_pylist(groups, schema=GROUP_SCHEMA), out / PLAN, metadata)
-        timings["plan"] = time.perf_counter() - t
-    else:
-        groups, errors, reasons, stats = saved
-    row_keys = [f"{g['key']}/{role}" for g in groups for role in ROLES]
-    shards = split_shards(row_keys, config.rows_per_shard)
+        plan = _Plan(groups, errors, reasons, Counter(stats), [[g["key"] for g in groups]])
+    elif again:
+        announce_retries(len(again), "source examples")
+        asked = set(again)
+        todo = [row for row in examples if row["key"] in asked]
+        groups, errors, reasons, stats, busy = plan_pass(cluster(), todo, config, runtime, llm)
+        units = pa.Table.from_pylist(groups, schema=GROUP_SCHEMA)
+        save_retry(out, units, error_table(errors), again, _reason_table(reasons),
+                   {"statistics": json.dumps(stats)})  # fmt: skip
+        plan.add_retry(saved_retries(out)[-1])
+        counts.add(again, [e["key"] for e in errors])
+    timings["plan"] = time.perf_counter() - t
+    write_table_atomic(_reason_table(plan.reasons), out / REASONS)
+    shards = segment_shards(plan.row_keys(), config.rows_per_shard)
     done = finished_shards(out, shards)
     pending = set(range(len(shards))) - done
+    retries = shard_retries(out, shards, done, runtime.retry_errors)
+    if retries:
+        announce_retries(sum(len(keys) for keys in retries.values()), "rows")
     t = time.perf_counter()
-    if pending:
-        busy.update(synth_pass(cluster(), groups, shards, pending, config, runtime, root))
+    if pending or retries:
+        busy.update(
+            synth_pass(cluster(), plan.groups, shards, pending, retries, config, runtime, root,
+                       counts)
+        )  # fmt: skip
     timings["synthesize"] = time.perf_counter() - t
-    merged = merge_errors(out, len(shards))
+    merged = merge_errors(out, plan.errors, len(shards))
     written = count_written(out, len(shards))
     timings["total"] = time.perf_counter() - start
 
     rows_this_run = sum(len(shards[s]) for s in pending)
+    rows_this_run += sum(len(keys) for keys in retries.values())
     stage_errors = Counter(merged["stage"].to_pylist())
     manifest = {
         "xmr_version": __version__,
@@ -504,28 +633,33 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
         "config_hash": fingerprint,
         "inputs_hash": digest,
         "data_root": str(root),
-        "planned": len(errors) + len(row_keys),
+        "planned": len(plan.errors) + 2 * len(plan.groups),
         "written": written,
         "errors": merged.num_rows,
         # The paper's table 1 (detected: confirmed by the detector and the default filters;
         # kept: also past --filter-confidence when it is on).
         "statistics": {
-            **stats,
+            **dict(plan.stats),
             "augmented_examples": written,
             "hard_negative_pairs": _written_pairs(out, len(shards)),
             "filter_confidence": config.filter_confidence,
         },
         "counts": {
             "errors_by_stage": {s: stage_errors.get(s, 0) for s in STAGES},
-            "reasons": len(reasons),
-            "groups_planned": len(groups),
+            "reasons": len(plan.reasons),
+            "groups_planned": len(plan.groups),
             "shards": len(shards),
             "shards_resumed": len(done),
             "rows_this_run": rows_this_run,
+            **error_counts(merged, counts),
         },
         **run_figures(timings, busy, rows_this_run),
     }
     return write_manifest(out, manifest)
+
+
+def _reason_table(reasons: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(reasons, schema=REASON_SCHEMA)
 
 
 def _llm_fields(llm: LLMSpec) -> dict:

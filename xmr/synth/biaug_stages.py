@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 
 import numpy as np
@@ -37,6 +37,7 @@ from xmr.biaug import (
     parse_object_list,
     toyworld_class,
 )
+from xmr.biaug.validation import clip_token_counter, refuse_object, refuse_row
 from xmr.data.errors import DataError
 from xmr.data.images import load_image
 from xmr.detection import Detection
@@ -144,9 +145,28 @@ class _LLMStage(Stage):
 
 class ProposeObjects(_LLMStage):
     """``caption`` -> ``objects`` (JSON list): at most ``max_objects`` likely visible objects,
-    most probable first (paper step 1)."""
+    most probable first (paper step 1), each past :func:`~xmr.biaug.validation.refuse_object`;
+    ``refused_objects`` (JSON list of ``{name, rule, reason}``): the names it refused. A row
+    whose every name is refused fails with ``validation:<rule>`` of the first.
+
+    ``vocabulary``: the normalised names of ``--object-vocabulary`` (read in the driver), or
+    None.
+    """
 
     name = "propose"
+
+    def __init__(
+        self,
+        config: SynthConfig,
+        llm: LLMSpec,
+        resources: Resources,
+        batch_size: int,
+        device: str = "cpu",
+        engine_failures: Mapping[str, str] | None = None,
+        vocabulary: frozenset[str] | None = None,
+    ) -> None:
+        super().__init__(config, llm, resources, batch_size, device, engine_failures)
+        self.vocabulary = vocabulary
 
     def request(self, batch: Batch, i: int) -> ChatRequest:
         return propose_request(self.config, str(batch["caption"][i]), self.image(batch, i))
@@ -156,6 +176,7 @@ class ProposeObjects(_LLMStage):
         n = len(batch["key"])
         out = with_error_columns(batch)
         out["objects"] = np.array(["[]"] * n, dtype=object)
+        out["refused_objects"] = np.array(["[]"] * n, dtype=object)
         out["propose_attempts"] = np.zeros(n, dtype=np.int64)
         for i, result in self._ask(batch, out).items():
             try:
@@ -166,7 +187,19 @@ class ProposeObjects(_LLMStage):
             if not objects:
                 fail_row(out, i, self.name, "NoObjects", "the LLM proposed no object")
                 continue
-            out["objects"][i] = json.dumps(objects)
+            kept, refused = [], []
+            for name in objects:
+                refusal = refuse_object(name, self.vocabulary)
+                if refusal is None:
+                    kept.append(name)
+                else:
+                    refused.append({"name": name, "rule": refusal[0], "reason": refusal[1]})
+            out["refused_objects"][i] = json.dumps(refused)
+            if not kept:
+                reasons = "; ".join(r["reason"] for r in refused)
+                fail_row(out, i, self.name, f"validation:{refused[0]['rule']}", reasons)
+                continue
+            out["objects"][i] = json.dumps(kept)
         out["seconds_propose"] = seconds_per_row(start, n)
         return out
 
@@ -276,11 +309,18 @@ class VerifyObjects(Stage):
 
 class DecoupleAttributes(_LLMStage):
     """``caption`` + ``verified`` -> ``attributes`` (JSON list of attribute rows: per object and
-    category a phrase, the extended caption, a negative phrase and its caption) and
-    ``rejected`` (JSON list of the answer's invalid rows with their line and reason), steps 3–5.
+    category a phrase, the extended caption, a negative phrase and its caption), ``rejected``
+    (JSON list of the answer's rows that are not of the asked form, with their line and reason)
+    and ``refused`` (JSON list of ``{object, category, rule, message}``: well-formed rows that
+    break a rule of :func:`~xmr.biaug.validation.refuse_row`), steps 3–5.
     """
 
     name = "decouple"
+    count_tokens: Callable[[str], int] | None = None  # CLIP's tokenizer, loaded by setup
+
+    def setup(self) -> None:
+        super().setup()
+        self.count_tokens = clip_token_counter()
 
     def request(self, batch: Batch, i: int) -> ChatRequest:
         caption, verified = str(batch["caption"][i]), str(batch["verified"][i])
@@ -292,18 +332,31 @@ class DecoupleAttributes(_LLMStage):
         out = with_error_columns(batch)
         out["attributes"] = np.array(["[]"] * n, dtype=object)
         out["rejected"] = np.array(["[]"] * n, dtype=object)
+        out["refused"] = np.array(["[]"] * n, dtype=object)
         out["decouple_attempts"] = np.zeros(n, dtype=np.int64)
         categories = self.config.attribute_categories()
         for i, result in self._ask(batch, out).items():
             names = [v["name"] for v in json.loads(batch["verified"][i])]
             try:
-                rows, rejected = parse_attribute_rows(result.text, names, categories)
+                parsed, rejected = parse_attribute_rows(result.text, names, categories)
             except AnswerError as exc:
                 fail_row(out, i, self.name, "AnswerError", f"attribute table: {exc}")
                 continue
+            rows, refused = [], []
+            for row in parsed:
+                refusal = refuse_row(
+                    row.object, row.phrase, row.caption, row.negative_phrase,
+                    row.negative_caption, self.count_tokens,
+                )  # fmt: skip
+                if refusal is None:
+                    rows.append(row)
+                else:
+                    refused.append({"object": row.object, "category": row.category,
+                                    "rule": refusal[0], "message": refusal[1]})  # fmt: skip
             out["attributes"][i] = json.dumps([asdict(r) for r in rows])
             out["rejected"][i] = json.dumps([asdict(r) for r in rejected])
-            if not rows:
+            out["refused"][i] = json.dumps(refused)
+            if not rows and not refused:
                 reason = (
                     f"none of {len(rejected)} rows was valid"
                     if rejected

@@ -24,7 +24,7 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -54,10 +54,21 @@ from xmr.synth.output import (
     finished_shards,
     merge_errors,
     pair_record,
+    plan_table,
     read_plan,
+    read_shard,
     save_plan,
-    split_shards,
+    shard_errors,
     write_json_atomic,
+)
+from xmr.synth.retry import (
+    RetryCounts,
+    apply_retry,
+    plan_retry_keys,
+    save_retry,
+    saved_retries,
+    segment_shards,
+    shard_retries,
 )
 from xmr.synth.rows import PlannedRow
 from xmr.synth.stages import (
@@ -253,7 +264,12 @@ def plan_pass(
 
 
 class ShardAssembler:
-    """Collects finished rows per shard and commits a shard when its last row arrives."""
+    """Collects finished rows per shard and commits a shard when its last row arrives.
+
+    ``retries``: committed shards whose transient errors are being retried (shard -> keys): such
+    a shard is complete when its retried rows are, and is rewritten with its other rows and
+    errors as they were (:func:`~xmr.synth.output.commit_shard` with ``rewrite``).
+    """
 
     def __init__(
         self,
@@ -261,13 +277,19 @@ class ShardAssembler:
         shards: Sequence[Sequence[str]],
         pending: set[int],
         schema: pa.Schema = ROW_SCHEMA,
+        retries: Mapping[int, Sequence[str]] | None = None,
     ) -> None:
         """``schema``: of the rows (the removal mode's, or BiAug's)."""
+        retries = retries or {}
         self.out = out
         self.schema = schema
         self.shard_of = {k: s for s in pending for k in shards[s]}
-        self.order = {k: n for s in pending for n, k in enumerate(shards[s])}
+        self.shard_of.update({k: s for s, keys in retries.items() for k in keys})
+        self.order = {k: n for s in pending | set(retries) for n, k in enumerate(shards[s])}
         self.remaining = {s: len(shards[s]) for s in pending}
+        self.remaining.update({s: len(keys) for s, keys in retries.items()})
+        self.retried = {s: set(keys) for s, keys in retries.items()}
+        self.recovered = 0
         self.rows: dict[int, list[dict]] = defaultdict(list)
         self.errors: dict[int, list[dict]] = defaultdict(list)
 
@@ -279,9 +301,16 @@ class ShardAssembler:
             self.errors[shard].append(error)
         self.remaining[shard] -= 1
         if self.remaining[shard] == 0:
-            rows = sorted(self.rows.pop(shard, []), key=lambda r: self.order[r["key"]])
-            errors = sorted(self.errors.pop(shard, []), key=lambda e: self.order[e["key"]])
-            commit_shard(self.out, shard, rows, errors, self.schema)
+            rows, errors = self.rows.pop(shard, []), self.errors.pop(shard, [])
+            rewrite = shard in self.retried
+            if rewrite:
+                self.recovered += len(rows)
+                asked = self.retried.pop(shard)
+                rows += read_shard(self.out, shard, self.schema)
+                errors += [e for e in shard_errors(self.out, shard) if e["key"] not in asked]
+            rows.sort(key=lambda r: self.order[r["key"]])
+            errors.sort(key=lambda e: self.order[e["key"]])
+            commit_shard(self.out, shard, rows, errors, self.schema, rewrite=rewrite)
             del self.remaining[shard]
 
     def check_complete(self) -> None:
@@ -297,14 +326,18 @@ def synth_pass(
     rows: list[PlannedRow],
     shards: list[list[str]],
     pending: set[int],
+    retries: dict[int, list[str]],
     config: SynthConfig,
     runtime: SynthRuntime,
+    counts: RetryCounts,
 ) -> dict[str, float]:
-    """Fill and caption the rows of the ``pending`` shards, committing shards as they finish.
+    """Fill and caption the rows of the ``pending`` shards and the ``retries`` of committed
+    ones, committing shards as they finish; the retries are added to ``counts``.
 
     Returns busy seconds per stage.
     """
     keys = {k for s in pending for k in shards[s]}
+    keys.update(k for again in retries.values() for k in again)
     todo = [r for r in rows if r.key in keys]
     if not todo:
         return {}
@@ -328,7 +361,7 @@ def synth_pass(
     stages: list[tuple[Stage, int]] = [(fill, fill_actors), (caption, caption_actors)]
     blank = {name: "" for name in ERROR_COLUMNS}
     inputs = [{**r.to_dict(), **blank} for r in todo]
-    assembler = ShardAssembler(runtime.out, shards, pending)
+    assembler = ShardAssembler(runtime.out, shards, pending, retries=retries)
     busy: Counter = Counter()
     lines = log_lines(len(todo), "synthesize", "rows", runtime)
     for batch in executor.stream(inputs, stages, blocks=blocks):
@@ -344,13 +377,16 @@ def synth_pass(
                 assembler.add(row["key"], row, None)
         busy["write"] += time.perf_counter() - start
     assembler.check_complete()
+    counts.retried += sum(len(again) for again in retries.values())
+    counts.recovered += assembler.recovered
     return dict(busy)
 
 
 def _saved_plan(
     out: StoragePath, config: SynthConfig, digest: str
-) -> tuple[list[PlannedRow], list[dict]] | None:
-    """The plan an earlier run of this build saved in ``out`` (rows, error rows), or None.
+) -> tuple[list[PlannedRow], list[dict], list[list[str]]] | None:
+    """The plan an earlier run of this build saved in ``out``, its retries applied: ``(rows,
+    error rows, row keys of each segment)`` (the plan's, then each retry's), or None.
 
     Raises:
         ValueError: ``out`` holds a plan made from another config or other input data.
@@ -360,7 +396,14 @@ def _saved_plan(
         return None
     rows, plan_errors, metadata = saved
     check_same_build(out, metadata, config.fingerprint(), digest)
-    return rows, plan_errors.to_pylist()
+    errors = plan_errors.to_pylist()
+    segments = [[r.key for r in rows]]
+    for retry in saved_retries(out):
+        added = [PlannedRow.from_dict(r) for r in retry.units.to_pylist()]
+        rows += added
+        segments.append([r.key for r in added])
+        errors = apply_retry(errors, retry.retried, retry.errors)
+    return rows, errors, segments
 
 
 def check_same_build(
@@ -403,18 +446,19 @@ def write_manifest(out: StoragePath, manifest: dict) -> SynthResult:
 
 
 def _shards_of(
-    out: StoragePath, rows: Sequence[PlannedRow], rows_per_shard: int
+    out: StoragePath, segments: Sequence[Sequence[str]], rows_per_shard: int
 ) -> tuple[list[list[str]], set[int]]:
-    """The plan's shards (row keys of each) and the indices of those already in ``out``.
+    """The plan's shards (row keys of each; the plan's segments cut one by one,
+    :func:`~xmr.synth.retry.segment_shards`) and the indices of those already in ``out``.
 
     Raises:
         DataError: a row is planned twice, or ``out`` holds shards of another plan.
     """
-    keys = [r.key for r in rows]
+    keys = [k for segment in segments for k in segment]
     if len(set(keys)) != len(keys):
         twice = next(k for k, n in Counter(keys).items() if n > 1)
         raise DataError(f"row {twice} is planned twice: the data has duplicate caption ids")
-    shards = split_shards(keys, rows_per_shard)
+    shards = segment_shards(segments, rows_per_shard)
     return shards, finished_shards(out, shards)
 
 
@@ -437,17 +481,20 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
 
     # Every refusal that needs no cluster comes before Ray starts.
     saved = _saved_plan(out, config, digest)
+    by_image = {str(r.image_id): r for r in records}
+    again: list[str] = []
     if saved is not None:
-        rows, errors = saved
-        shards, done = _shards_of(out, rows, config.rows_per_shard)
-    detect = saved is None and config.boxes == "groundingdino"
+        rows, errors, segments = saved
+        again = [k for k in plan_retry_keys(errors, runtime.retry_errors) if k in by_image]
+    detect = (saved is None or bool(again)) and config.boxes == "groundingdino"
     classes = detection_classes(config, root) if detect else []
     cluster = cache(partial(start_executor, runtime))  # started on first use: not when finished
 
     busy: dict[str, float] = {}
+    counts = RetryCounts()
     timings["plan"] = 0.0
+    t = time.perf_counter()
     if saved is None:
-        t = time.perf_counter()
         rows, errors, busy = plan_pass(cluster(), records, config, runtime, classes)
         errors = read_errors + errors
         save_plan(
@@ -459,18 +506,33 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
                 "inputs_hash": digest,
             },
         )
-        timings["plan"] = time.perf_counter() - t
-        shards, done = _shards_of(out, rows, config.rows_per_shard)
+        segments = [[r.key for r in rows]]
+    elif again:
+        announce_retries(len(again), "images")
+        added, failed, busy = plan_pass(
+            cluster(), [by_image[k] for k in again], config, runtime, classes
+        )
+        save_retry(out, plan_table(added), error_table(failed), again)
+        rows += added
+        segments.append([r.key for r in added])
+        errors = apply_retry(errors, again, failed)
+        counts.add(again, [e["key"] for e in failed])
+    timings["plan"] = time.perf_counter() - t
+    shards, done = _shards_of(out, segments, config.rows_per_shard)
     pending = set(range(len(shards))) - done
+    retries = shard_retries(out, shards, done, runtime.retry_errors)
+    if retries:
+        announce_retries(sum(len(keys) for keys in retries.values()), "rows")
     t = time.perf_counter()
-    if pending:
-        busy.update(synth_pass(cluster(), rows, shards, pending, config, runtime))
+    if pending or retries:
+        busy.update(synth_pass(cluster(), rows, shards, pending, retries, config, runtime, counts))
     timings["synthesize"] = time.perf_counter() - t
-    merged = merge_errors(out, len(shards))
+    merged = merge_errors(out, errors, len(shards))
     written = count_written(out, len(shards))
     timings["total"] = time.perf_counter() - start
 
     rows_this_run = sum(len(shards[s]) for s in pending)
+    rows_this_run += sum(len(keys) for keys in retries.values())
     stage_errors = Counter(merged["stage"].to_pylist())
     manifest = {
         "xmr_version": __version__,
@@ -495,10 +557,30 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
             "shards": len(shards),
             "shards_resumed": len(done),
             "rows_this_run": rows_this_run,
+            **error_counts(merged, counts),
         },
         **run_figures(timings, busy, rows_this_run),
     }
     return write_manifest(out, manifest)
+
+
+def announce_retries(count: int, units: str) -> None:
+    """The log line of a rerun that asks again what failed transiently before."""
+    print(
+        f"retrying {count} {units} that failed transiently in an earlier run "
+        "(--no-retry-errors keeps their errors)",
+        flush=True,
+    )
+
+
+def error_counts(errors: pa.Table, counts: RetryCounts) -> dict[str, int]:
+    """The manifest's error kinds and this run's retries: ``transient_errors`` (a rerun asks
+    them again), ``retried`` and ``recovered``."""
+    return {
+        "transient_errors": errors["kind"].to_pylist().count("transient"),
+        "retried": counts.retried,
+        "recovered": counts.recovered,
+    }
 
 
 def synthesize_defaults(

@@ -69,6 +69,8 @@ def run_synth(
         where += f" ({run} in experiment {experiment})"
     manifest = result.manifest
     counts = {key: manifest[key] for key in ("planned", "written", "errors")}
+    if manifest["counts"].get("retried"):
+        counts.update({key: manifest["counts"][key] for key in ("retried", "recovered")})
     typer.echo(summary_line("synth", manifest["timings_s"]["total"], counts, where))
     if result.error_rate > runtime.max_error_rate:
         manifest = result.manifest

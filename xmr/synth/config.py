@@ -17,6 +17,7 @@ from typing import Any
 
 from xmr import __version__
 from xmr.biaug import ProposalFilter
+from xmr.biaug.validation import normalise_name
 from xmr.data.registry import DATASETS, check_data_root
 from xmr.detection import DEFAULT_DETECTOR, DETECTOR_BACKENDS, check_detector
 from xmr.llm import LLMSpec
@@ -45,7 +46,7 @@ REMOVAL_ONLY = ("alpha1", "alpha2", "alpha3", "caption", "captioner_model")
 """Fields that ``--mode biaug`` ignores (left out of its config hash)."""
 BIAUG_ONLY = (
     "mode", "max_objects", "attributes", "min_box_share", "max_box_share", "max_overlap",
-    "filter_confidence", "min_confidence", "llm_max_tokens",
+    "filter_confidence", "min_confidence", "llm_max_tokens", "object_vocabulary",
 )  # fmt: skip
 """Fields that the removal mode ignores (left out of its config hash, which they predate)."""
 DEFAULT_OUT = Path("xmr-synth")
@@ -123,6 +124,11 @@ class SynthConfig:
         0.9, "biaug: the score --filter-confidence asks for.", gt=0, lt=1
     )
     llm_max_tokens: int = option(1024, "biaug: the longest LLM answer, in tokens.", ge=16)
+    object_vocabulary: Path | None = option(
+        None,
+        "biaug: a text file of object names, one per line: proposals naming another object are "
+        "dropped (validation:object_vocabulary).",
+    )
 
     def __post_init__(self) -> None:
         if self.fill is None:
@@ -201,13 +207,38 @@ class SynthConfig:
         """JSON-ready fields (paths as strings)."""
         data = asdict(self)
         data["data"] = None if self.data is None else str(self.data)
+        vocabulary = self.object_vocabulary
+        data["object_vocabulary"] = None if vocabulary is None else str(vocabulary)
         return data
+
+    def object_names(self) -> frozenset[str] | None:
+        """``--object-vocabulary``'s names, normalised (:func:`~xmr.biaug.validation.
+        normalise_name`); None without one. Read in the driver, where the path is.
+
+        Raises:
+            ValueError: the file cannot be read or names no object (the message names the
+                flag and the file).
+        """
+        if self.object_vocabulary is None:
+            return None
+        try:
+            lines = self.object_vocabulary.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--object-vocabulary {self.object_vocabulary}: {exc}") from None
+        names = frozenset(filter(None, (normalise_name(line) for line in lines)))
+        if not names:
+            raise ValueError(f"--object-vocabulary {self.object_vocabulary} names no object")
+        return names
 
     def fingerprint(self) -> str:
         """Hash of everything that decides the output: the fields but the data folder's
         location (the data's content is hashed separately), and the package version."""
         data = self.to_dict()
         data.pop("data")
+        if self.object_vocabulary is None:
+            data.pop("object_vocabulary")  # the hashes predate it
+        else:  # the names, not where the file is
+            data["object_vocabulary"] = sorted(self.object_names() or ())
         for name in REMOVAL_ONLY if self.mode == "biaug" else BIAUG_ONLY:
             data.pop(name)
         if self.mode == "removal" and self.detector == "hf":
@@ -244,6 +275,11 @@ class SynthRuntime:
     batch_size: int = option(32, "Rows per batch.", ge=1)
     max_error_rate: float = option(
         0.01, "Exit non-zero above this share of failed rows.", ge=0, le=1
+    )
+    retry_errors: bool = option(
+        True,
+        "A rerun into the same --out asks again what failed transiently before (rate limits, "
+        "5xx, timeouts, out of memory, lost actors); --no-retry-errors keeps those errors.",
     )
     progress: bool = option(True, "Progress bars.")
     tracking_uri: str | None = tracking_uri_option()

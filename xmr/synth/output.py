@@ -16,8 +16,17 @@ from collections.abc import Iterable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from xmr.data.error_kinds import with_kind
 from xmr.data.errors import DataError
-from xmr.data.synthetic import DATA_DIR, ERROR_SCHEMA, ERRORS, MANIFEST, ROW_SCHEMA, read_parquet
+from xmr.data.synthetic import (
+    DATA_DIR,
+    ERROR_SCHEMA,
+    ERRORS,
+    MANIFEST,
+    ROW_SCHEMA,
+    read_error_table,
+    read_parquet,
+)
 from xmr.pipeline.stage import Batch
 from xmr.storage import (
     StoragePath,
@@ -47,9 +56,11 @@ PLAN_SCHEMA = pa.schema(
     ]
 )
 REASONS = "reasons.parquet"
+PLAN_REASONS = "plan_reasons.parquet"
 LLM_CACHE = "llm_cache"
 _OURS = {
-    DATA_DIR, SHARD_ERRORS_DIR, PLAN, PLAN_ERRORS, ERRORS, MANIFEST, REASONS, LLM_CACHE,
+    DATA_DIR, SHARD_ERRORS_DIR, PLAN, PLAN_ERRORS, ERRORS, MANIFEST, REASONS, PLAN_REASONS,
+    LLM_CACHE, "plan_retries",
     "samples.png",
 }  # fmt: skip
 
@@ -118,18 +129,21 @@ def pair_record(batch: Batch, i: int, fill: str, caption_method: str) -> dict:
 
 
 def error_record(batch: Batch, i: int) -> dict:
-    """Row ``i`` of a batch, which a stage failed, as an ERROR_SCHEMA dict."""
-    return {
-        "key": str(batch["key"][i]),
-        "stage": str(batch["error_stage"][i]),
-        "error_type": str(batch["error_type"][i]),
-        "message": str(batch["error"][i]),
-    }
+    """Row ``i`` of a batch, which a stage failed, as an ERROR_SCHEMA dict (with its kind)."""
+    return with_kind(
+        {
+            "key": str(batch["key"][i]),
+            "stage": str(batch["error_stage"][i]),
+            "error_type": str(batch["error_type"][i]),
+            "message": str(batch["error"][i]),
+        }
+    )
 
 
 def error_table(errors: Iterable[dict]) -> pa.Table:
-    """``{key, stage, error_type, message}`` dicts as an ERROR_SCHEMA table."""
-    return pa.Table.from_pylist(list(errors), schema=ERROR_SCHEMA)
+    """``{key, stage, error_type, message[, kind]}`` dicts as an ERROR_SCHEMA table (a missing
+    ``kind`` is classified, :func:`~xmr.data.error_kinds.error_kind`)."""
+    return pa.Table.from_pylist([with_kind(e) for e in errors], schema=ERROR_SCHEMA)
 
 
 def read_plan(out: StoragePath) -> tuple[list[PlannedRow], pa.Table, dict[str, str]] | None:
@@ -140,7 +154,7 @@ def read_plan(out: StoragePath) -> tuple[list[PlannedRow], pa.Table, dict[str, s
     table = read_parquet(path)
     metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     rows = [PlannedRow.from_dict(r) for r in table.to_pylist()]
-    errors = read_parquet(out / PLAN_ERRORS, schema=ERROR_SCHEMA)
+    errors = read_error_table(out / PLAN_ERRORS)
     return rows, errors, metadata
 
 
@@ -180,7 +194,12 @@ def finished_shards(out: StoragePath, shards: Sequence[Sequence[str]]) -> set[in
         found = read_parquet(path, columns=["key"])["key"].to_pylist()
         errors_path = shard_errors_path(out, index)
         if errors_path.is_file():
-            found += read_parquet(errors_path, columns=["key"])["key"].to_pylist()
+            written = set(found)
+            found += [
+                key
+                for key in read_parquet(errors_path, columns=["key"])["key"].to_pylist()
+                if key not in written  # a retried row recovered before its error was cleared
+            ]
         if sorted(found) != sorted(keys):
             raise DataError(
                 f"{path} does not hold the rows this plan gives shard {index}; "
@@ -207,19 +226,45 @@ def commit_shard(
     rows: list[dict],
     errors: list[dict],
     schema: pa.Schema = ROW_SCHEMA,
+    *,
+    rewrite: bool = False,
 ) -> None:
-    """Write one shard: its errors, then its pairs (``schema`` dicts, in plan order)."""
+    """Write one shard: its errors, then its pairs (``schema`` dicts, in plan order).
+
+    ``rewrite``: the shard is on disk and some of its failed rows were retried. Its pairs go
+    first, then its errors: a run stopped in between leaves a recovered row both written and
+    listed as an error, which the readers resolve for the row (:func:`finished_shards`,
+    :func:`shard_errors`), never a row in neither file.
+    """
+    data = pa.Table.from_pylist(rows, schema=schema)
+    if rewrite:
+        write_table_atomic(data, shard_path(out, index))
     write_table_atomic(error_table(errors), shard_errors_path(out, index))
-    write_table_atomic(pa.Table.from_pylist(rows, schema=schema), shard_path(out, index))
+    if not rewrite:
+        write_table_atomic(data, shard_path(out, index))
 
 
-def merge_errors(out: StoragePath, shard_count: int) -> pa.Table:
-    """``errors.parquet``: the plan's errors then every shard's, in plan order."""
-    tables = [read_parquet(out / PLAN_ERRORS, schema=ERROR_SCHEMA)]
-    tables += [
-        read_parquet(shard_errors_path(out, i), schema=ERROR_SCHEMA) for i in range(shard_count)
-    ]
-    merged = pa.concat_tables(tables)
+def shard_errors(out: StoragePath, index: int) -> list[dict]:
+    """The failed rows of committed shard ``index`` (less any that a retry wrote since)."""
+    errors = read_error_table(shard_errors_path(out, index)).to_pylist()
+    if not errors:
+        return errors
+    written = set(read_parquet(shard_path(out, index), columns=["key"])["key"].to_pylist())
+    return [e for e in errors if e["key"] not in written]
+
+
+def read_shard(out: StoragePath, index: int, schema: pa.Schema) -> list[dict]:
+    """The pairs of committed shard ``index`` as ``schema`` dicts, in plan order."""
+    return read_parquet(shard_path(out, index), schema=schema).to_pylist()
+
+
+def merge_errors(out: StoragePath, plan_errors: Sequence[dict], shard_count: int) -> pa.Table:
+    """``errors.parquet``: the plan's errors (retries applied) then every shard's, in plan
+    order."""
+    errors = list(plan_errors)
+    for index in range(shard_count):
+        errors += shard_errors(out, index)
+    merged = error_table(errors)
     write_table_atomic(merged, out / ERRORS)
     return merged
 

@@ -20,6 +20,7 @@ from xmr.storage import StoragePath
 from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
+from xmr.synth.retry import PlanRetry, saved_retries
 from xmr.tracking import experiment_name, start_run
 
 SAMPLES = "samples.png"
@@ -38,6 +39,10 @@ def print_summary(result: SynthResult, console: Console | None = None) -> None:
         if count:
             table.add_row(f"  {stage} errors", str(count))
     counts = m["counts"]
+    if counts.get("transient_errors"):
+        table.add_row("  transient (a rerun asks again)", str(counts["transient_errors"]))
+    if counts.get("retried"):
+        table.add_row("retried (recovered)", f"{counts['retried']} ({counts['recovered']})")
     table.add_row("shards (resumed)", f"{counts['shards']} ({counts['shards_resumed']})")
     table.add_row("rows this run", str(counts["rows_this_run"]))
     for name, seconds in m["timings_s"].items():
@@ -68,11 +73,19 @@ def _sample_rows(out: StoragePath, count: int, seed: int) -> list[dict]:
         wanted.setdefault(keys[i][0], set()).add(keys[i][1])
     plan = read_parquet(out / PLAN, columns=["key", "path"]).to_pydict()
     paths = dict(zip(plan["key"], plan["path"], strict=True))
+    for retry in saved_retries(out):  # groups a rerun planned again
+        paths.update(retry_paths(retry))
     rows = []
     for shard, shard_keys in wanted.items():
         for row in read_parquet(shard, filters=[("key", "in", sorted(shard_keys))]).to_pylist():
             rows.append({**row, "path": paths[row["key"]]})
     return rows
+
+
+def retry_paths(retry: PlanRetry) -> dict[str, str]:
+    """Plan key -> source image path of the units a plan retry added."""
+    units = retry.units.to_pydict()
+    return dict(zip(units["key"], units["path"], strict=True))
 
 
 def _biaug_sample_groups(out: StoragePath, count: int, seed: int) -> list[tuple[dict, dict, str]]:
@@ -89,6 +102,8 @@ def _biaug_sample_groups(out: StoragePath, count: int, seed: int) -> list[tuple[
     chosen = sorted(rng.choice(len(complete), size=min(count, len(complete)), replace=False))
     plan = read_parquet(out / PLAN, columns=["key", "path"]).to_pydict()
     paths = dict(zip(plan["key"], plan["path"], strict=True))
+    for retry in saved_retries(out):  # groups a rerun planned again
+        paths.update(retry_paths(retry))
     return [
         (pairs[complete[i]]["positive"], pairs[complete[i]]["negative"], paths[complete[i]])
         for i in chosen
