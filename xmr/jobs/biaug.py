@@ -138,7 +138,7 @@ class BiAugJobOptions:
     llm_in_flight: int | None = option(None, "LLM requests open at once per worker.", ge=1)
     llm_timeout: float | None = option(None, "Seconds one LLM request may take.", gt=0)
     llm_cache: StoragePath | None = option(
-        None, "Folder of the LLM response cache (default: in the D′ folder).", output=True
+        None, "Folder of the LLM response cache (default: xmr synth's).", output=True
     )
     llm_device: str | None = option(None, "Device of --llm hf: auto, cpu, cuda, cuda:N.")
     llm_batch_size: int | None = option(

@@ -240,7 +240,7 @@ class SynthConfig:
         else:  # the names, not where the file is
             data["object_vocabulary"] = sorted(self.object_names() or ())
         for name in REMOVAL_ONLY if self.mode == "biaug" else BIAUG_ONLY:
-            data.pop(name)
+            data.pop(name, None)
         if self.mode == "removal" and self.detector == "hf":
             data.pop("detector")  # the removal mode's hashes predate --detector
         if self.mode == "biaug" and self.boxes == "groundingdino":
