@@ -191,7 +191,8 @@ def tune_command(options: TuneOptions, cluster: ClusterOptions) -> None:
         )
     console.print(
         f"MLflow: parent run {result.parent_run_id} in experiment {result.experiment} "
-        f"({', '.join(result.artifacts)}); `xmr compare --sweep {result.name}` shows this again",
+        f"({', '.join(result.artifacts)}); `xmr compare --sweep {result.name}"
+        f"{' --allow-unfinished' if len(result.failed) else ''}` shows this again",
         soft_wrap=True,
     )
     numbers = {"trials": len(result.trials), "failed": len(result.failed)}
@@ -220,6 +221,14 @@ class CompareOptions:
         None, "Comma-separated metric names (default: the sweep's, or test/...@10)."
     )
     csv: Path | None = option(None, "Also write the table as CSV here.", output=True)
+    json_path: Path | None = option(
+        None, "Also write the comparison as JSON here (each run's id, name and status).",
+        flag="json", output=True,
+    )  # fmt: skip
+    allow_unfinished: bool = option(
+        False, "Compare runs that are not FINISHED (RUNNING, FAILED, KILLED), marked as such; "
+        "without it two such runs are refused and a sweep's or experiment's are left out.",
+    )  # fmt: skip
     bootstrap: int = option(1000, "Two runs: bootstrap resamples of the paired queries.", ge=1)
     confidence: float = option(0.95, "Two runs: coverage of the intervals.", gt=0, lt=1)
     seed: int = option(0, "Two runs: the bootstrap's seed.", ge=0)
@@ -236,43 +245,86 @@ class CompareOptions:
 
 def compare_command(options: CompareOptions) -> None:
     """Compare runs in the terminal: two runs query by query (paired bootstrap), a sweep's
-    trials, or an experiment's runs."""
+    trials, or an experiment's runs.
+
+    Only FINISHED runs unless --allow-unfinished: two runs of which one is RUNNING, FAILED or
+    KILLED are refused (one line naming it, before anything is read), and such runs of a sweep
+    or experiment are left out with a line naming them. With the flag they are compared and
+    marked: their status in the table and in --json.
+    """
+    import json
+
     from rich.console import Console
 
     from xmr.compare import (
         comparison_frame,
+        comparison_json,
         comparison_table,
+        describe_runs,
         experiment_runs,
+        find_run,
         paired_comparison,
+        paired_json,
         paired_table,
         sweep_runs,
+        unfinished_runs,
     )
+    from xmr.tracking import resolve_tracking_uri
 
     chosen = [m.strip() for m in (options.metrics or "").split(",") if m.strip()]
-    uri = options.tracking_uri
+    uri = resolve_tracking_uri(options.tracking_uri)
     with user_errors():
         if options.runs:
-            first, second = options.runs
+            found = [find_run(reference, tracking_uri=uri) for reference in options.runs]
+            unfinished = [run for run in found if not run.finished]
+            if unfinished and not options.allow_unfinished:
+                named = " and ".join(f"{r.name} (run {r.run_id}) is {r.status}" for r in unfinished)
+                its, it = ("its", "it") if len(unfinished) == 1 else ("their", "them")
+                raise ValueError(
+                    f"{named}, not FINISHED: {its} metrics may not be final; "
+                    f"--allow-unfinished compares {it} anyway, marked"
+                )
             paired = paired_comparison(
-                first, second, chosen, tracking_uri=uri, resamples=options.bootstrap,
-                confidence=options.confidence, seed=options.seed,
+                found[0].run_id, found[1].run_id, chosen, tracking_uri=uri,
+                resamples=options.bootstrap, confidence=options.confidence, seed=options.seed,
             )  # fmt: skip
             Console().print(paired_table(paired))
             if options.csv:
                 paired.frame.to_csv(options.csv, index=False)
                 typer.echo(f"wrote {options.csv}")
+            if options.json_path:
+                options.json_path.write_text(json.dumps(paired_json(paired), indent=2) + "\n")
+                typer.echo(f"wrote {options.json_path}")
             return
         if options.sweep is not None:
-            runs, sweep_metrics = sweep_runs(options.sweep, tracking_uri=uri)
-            frame = comparison_frame(runs, chosen or sweep_metrics)
+            runs, metrics = sweep_runs(options.sweep, tracking_uri=uri)
             title = f"sweep {options.sweep}"
         else:
-            frame = comparison_frame(experiment_runs(options.experiment, tracking_uri=uri), chosen)
+            runs, metrics = experiment_runs(options.experiment, tracking_uri=uri), []
             title = f"experiment {options.experiment}"
-    Console().print(comparison_table(frame, f"{title}: {len(frame)} runs"))
+        unfinished, left_out = unfinished_runs(runs), ""
+        if len(unfinished) and not options.allow_unfinished:
+            if len(unfinished) == len(runs):
+                raise ValueError(
+                    f"no run of {title} is FINISHED: {describe_runs(unfinished)}; "
+                    "--allow-unfinished compares them anyway, marked"
+                )
+            typer.secho(
+                f"left out {len(unfinished)} run(s) of {title} that are not FINISHED: "
+                f"{describe_runs(unfinished)}; --allow-unfinished shows them, marked",
+                fg=typer.colors.YELLOW, err=True,
+            )  # fmt: skip
+            runs = runs.drop(unfinished.index)
+            left_out = f", {len(unfinished)} not FINISHED left out"
+        frame = comparison_frame(runs, chosen or metrics)
+    Console().print(comparison_table(frame, f"{title}: {len(frame)} runs{left_out}"))
     if options.csv:
         frame.to_csv(options.csv, index=False)
         typer.echo(f"wrote {options.csv}")
+    if options.json_path:
+        document = comparison_json(frame, title)
+        options.json_path.write_text(json.dumps(document, indent=2) + "\n")
+        typer.echo(f"wrote {options.json_path}")
 
 
 app.command("compare")(command(compare_command, CompareOptions))

@@ -8,16 +8,24 @@
   (:mod:`xmr.eval.per_query`): two evaluations, two training runs, or two runs of one
   benchmark (its items resampled within their groups, as its macro accuracies are). Runs of
   different test sets or benchmark files are refused.
+
+Every run carries its MLflow status (:data:`FINISHED`, or RUNNING, FAILED, KILLED): the tables
+mark a run that did not finish, as :func:`comparison_json` and :func:`paired_json` record it.
+Whether to compare such a run at all is the caller's choice (``xmr compare`` refuses one unless
+``--allow-unfinished``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from xmr.eval.per_query import (
     QueryValues,
@@ -41,6 +49,10 @@ DEFAULT_METRICS = (
     "test/bias_at_10",
 )
 """Shown for an experiment when no --metrics are given (those the runs have)."""
+
+FINISHED = "FINISHED"
+"""The MLflow status of a run that ended well; any other (RUNNING, FAILED, KILLED, SCHEDULED)
+means its metrics are the last it logged, perhaps not its final ones."""
 
 IDENTITY_PARAMS = frozenset({"train.name", "data.root", "model.checkpoint"})
 """Params that differ between runs by construction, not by choice: never shown as columns."""
@@ -76,14 +88,33 @@ def experiment_runs(experiment: str, *, tracking_uri: str | None = None) -> pd.D
     return runs
 
 
+def unfinished_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``runs`` (a :func:`~xmr.tracking.runs_frame`) whose status is not
+    :data:`FINISHED`."""
+    if runs.empty:
+        return runs
+    return runs[runs["status"] != FINISHED]
+
+
+def describe_runs(runs: pd.DataFrame) -> str:
+    """``name (run <id>, STATUS)`` for each row of ``runs`` (a
+    :func:`~xmr.tracking.runs_frame`), comma-separated."""
+    names = runs.get("tags.mlflow.runName", runs["run_id"]).fillna(runs["run_id"])
+    return ", ".join(
+        f"{name} (run {run_id}, {status})"
+        for name, run_id, status in zip(names, runs["run_id"], runs["status"], strict=True)
+    )
+
+
 def comparison_frame(runs: pd.DataFrame, metrics: Sequence[str] = ()) -> pd.DataFrame:
-    """Runs as rows: ``run``, ``status``, the params that vary (short names), ``metrics``.
+    """Runs as rows, indexed by ``run_id``: ``run`` (its name), ``status``, the params that vary
+    (short names), ``metrics``.
 
     With no ``metrics``, :data:`DEFAULT_METRICS` that any run has. Rows are sorted by the
     varying params.
     """
     if runs.empty:
-        return pd.DataFrame(columns=["run", "status"])
+        return pd.DataFrame(columns=["run", "status"], index=pd.Index([], name="run_id"))
     metrics = list(metrics) or [m for m in DEFAULT_METRICS if f"metrics.{m}" in runs]
     param_columns = [
         c
@@ -111,7 +142,8 @@ def comparison_frame(runs: pd.DataFrame, metrics: Sequence[str] = ()) -> pd.Data
             [f"k{i}" for i in range(len(keys))], kind="stable"
         )
         frame = frame.loc[order.index]
-    return frame.reset_index(drop=True)
+    frame.index = pd.Index(runs.loc[frame.index, "run_id"].astype(str), name="run_id")
+    return frame
 
 
 def _headers(columns: Sequence[str]) -> tuple[list[str], str]:
@@ -135,18 +167,29 @@ def _headers(columns: Sequence[str]) -> tuple[list[str], str]:
 
 def comparison_table(frame: pd.DataFrame, title: str) -> Table:
     """A rich table of :func:`comparison_frame` (metrics to 3 decimals, signed ones such as
-    Bias@K with their sign: :func:`xmr.metrics.find_direction`)."""
+    Bias@K with their sign: :func:`xmr.metrics.find_direction`). A run that is not
+    :data:`FINISHED` has its status in bold red, and the caption counts such runs."""
     headers, prefix = _headers(list(frame.columns))
     signed = {c for c in frame.columns if (d := find_direction(str(c))) and d.signed}
-    table = Table(title=f"{title}{f' ({prefix} metrics)' if prefix else ''}")
+    unfinished = frame["status"][frame["status"] != FINISHED] if "status" in frame else []
+    caption = None
+    if len(unfinished):
+        statuses = ", ".join(sorted(set(map(str, unfinished))))
+        caption = (
+            f"{len(unfinished)} of {len(frame)} runs not {FINISHED} ({statuses}): "
+            "their metrics are the last they logged"
+        )
+    table = Table(title=f"{title}{f' ({prefix} metrics)' if prefix else ''}", caption=caption)
     for column, header in zip(frame.columns, headers, strict=True):
         numeric = pd.api.types.is_float_dtype(frame[column]) and column not in ("run", "status")
         table.add_column(header, justify="right" if numeric else "left")
     for _, row in frame.iterrows():
-        cells = []
+        cells: list[str | Text] = []
         for column in frame.columns:
             value = row[column]
-            if isinstance(value, float):
+            if column == "status" and value != FINISHED:
+                cells.append(Text(str(value), style="bold red"))
+            elif isinstance(value, float):
                 cells.append("" if pd.isna(value) else f"{value:+.3f}" if column in signed
                              else f"{value:.3f}")  # fmt: skip
             else:
@@ -169,10 +212,25 @@ class PairedComparison:
     frame: pd.DataFrame
     confidence: float
     resamples: int
+    statuses: tuple[str, str] = (FINISHED, FINISHED)  # the runs' MLflow statuses
 
 
-def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
-    """``(run id, run name)`` of a run given by its id or its name (in any experiment). A name
+@dataclass(frozen=True)
+class FoundRun:
+    """A run given by its id or name (:func:`find_run`): its id, name and MLflow status."""
+
+    run_id: str
+    name: str
+    status: str
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run ended well (:data:`FINISHED`)."""
+        return self.status == FINISHED
+
+
+def find_run(reference: str, *, tracking_uri: str) -> FoundRun:
+    """The run given by its id or its name (in any experiment), whatever its status. A name
     that several runs share means its one finished run, when the others were interrupted or
     failed (a training stopped and started afresh leaves its first run behind).
 
@@ -196,7 +254,21 @@ def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
         )
         raise LookupError(f"{len(found)} runs are named {reference!r}: {ids}; give a run id")
     row = found.iloc[0]
-    return str(row["run_id"]), str(names.loc[found.index[0]] or row["run_id"])
+    name = names.loc[found.index[0]]
+    return FoundRun(
+        str(row["run_id"]),
+        str(name if pd.notna(name) and name else row["run_id"]),
+        str(row["status"]),
+    )
+
+
+def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
+    """``(run id, run name)`` of a run given by its id or its name (:func:`find_run`).
+
+    Raises LookupError when no run, or more than one finished run, answers to ``reference``.
+    """
+    found = find_run(reference, tracking_uri=tracking_uri)
+    return found.run_id, found.name
 
 
 def run_per_query(run_id: str, *, tracking_uri: str) -> dict[str, QueryValues]:
@@ -223,12 +295,13 @@ def paired_comparison(
     intervals over the queries both scored (:func:`xmr.eval.per_query.paired_differences`).
 
     ``metrics``: the names to keep (default: every metric both runs have per-query values of).
+    A run that is not :data:`FINISHED` is compared all the same, its status in ``statuses``.
     Raises LookupError (a run, its values or a metric not found) or ValueError (the runs scored
     different queries).
     """
     uri = resolve_tracking_uri(tracking_uri)
-    runs = [resolve_run(reference, tracking_uri=uri) for reference in (first, second)]
-    values = [run_per_query(run_id, tracking_uri=uri) for run_id, _ in runs]
+    runs = [find_run(reference, tracking_uri=uri) for reference in (first, second)]
+    values = [run_per_query(run.run_id, tracking_uri=uri) for run in runs]
     if metrics:
         known = {m for sets in values for query_set in sets.values() for m in query_set.values}
         unknown = [m for m in metrics if m not in known]
@@ -259,7 +332,8 @@ def paired_comparison(
         ],
         columns=["metric", "first", "second", "difference", "ci_low", "ci_high", "significant"],
     )
-    return PairedComparison(runs[0], runs[1], frame, confidence, resamples)
+    a, b = ((run.run_id, run.name) for run in runs)
+    return PairedComparison(a, b, frame, confidence, resamples, (runs[0].status, runs[1].status))
 
 
 def verdict(metric: str, first: float, second: float, significant: bool) -> str:
@@ -279,13 +353,28 @@ def verdict(metric: str, first: float, second: float, significant: bool) -> str:
 def paired_table(comparison: PairedComparison) -> Table:
     """A rich table of a :class:`PairedComparison`: each metric's two values, the difference
     B − A with its interval (bold: the interval excludes 0) and the verdict."""
-    (_, name_a), (_, name_b) = comparison.first, comparison.second
+    marked = [
+        f"{name}{'' if status == FINISHED else f' ({status})'}"
+        for (_, name), status in zip(
+            (comparison.first, comparison.second), comparison.statuses, strict=True
+        )
+    ]
     level = f"{comparison.confidence:.0%}"
     headers, prefix = _headers(list(comparison.frame["metric"]))
+    caption = (
+        f"paired over the same queries: {level} bootstrap intervals of B − A "
+        f"({comparison.resamples} resamples); ≈: the interval holds 0"
+    )
+    unfinished = [
+        f"{role} is {status}"
+        for role, status in zip("AB", comparison.statuses, strict=True)
+        if status != FINISHED
+    ]
+    if unfinished:
+        caption += f"; {' and '.join(unfinished)}, not {FINISHED}: values as last logged"
     table = Table(
-        title=f"A = {name_a}, B = {name_b}{f' ({prefix} metrics)' if prefix else ''}",
-        caption=f"paired over the same queries: {level} bootstrap intervals of B − A "
-        f"({comparison.resamples} resamples); ≈: the interval holds 0",
+        title=escape(f"A = {marked[0]}, B = {marked[1]}{f' ({prefix} metrics)' if prefix else ''}"),
+        caption=caption,
     )
     for header in ("metric", "A", "B", "B − A", f"{level} interval", "verdict"):
         table.add_column(header, justify="left" if header in ("metric", "verdict") else "right")
@@ -302,3 +391,41 @@ def paired_table(comparison: PairedComparison) -> Table:
             verdict(row.metric, row.first, row.second, row.significant),
         )
     return table
+
+
+def _plain(value: object) -> object:
+    """A frame's cell as a JSON value: numpy scalars as Python ones, NaN as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """``frame``'s rows as JSON-ready dicts."""
+    return [{str(k): _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def comparison_json(frame: pd.DataFrame, title: str) -> dict[str, object]:
+    """:func:`comparison_frame` as JSON: ``title`` and ``runs``, one object per run with its
+    ``run_id``, ``run`` (name), ``status``, varying params and metrics (missing ones null)."""
+    return {"title": title, "runs": _records(frame.reset_index())}
+
+
+def paired_json(comparison: PairedComparison) -> dict[str, object]:
+    """A :class:`PairedComparison` as JSON: ``runs`` (A then B, each with its ``run_id``,
+    ``name`` and ``status``), ``confidence``, ``resamples`` and ``metrics`` (the rows of its
+    frame)."""
+    runs = [
+        {"role": role, "run_id": run_id, "name": name, "status": status}
+        for role, (run_id, name), status in zip(
+            "AB", (comparison.first, comparison.second), comparison.statuses, strict=True
+        )
+    ]
+    return {
+        "runs": runs,
+        "confidence": comparison.confidence,
+        "resamples": comparison.resamples,
+        "metrics": _records(comparison.frame),
+    }
