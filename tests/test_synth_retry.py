@@ -280,3 +280,52 @@ def test_attribute_rows_break_the_rules_the_method_sets() -> None:
         == "phrase_form"
     )
     assert normalise_name("Traffic  Lights") == "traffic light"
+
+
+def test_an_image_that_failed_transiently_while_planning_is_planned_again(
+    small_toyworld, local_ray, tmp_path
+) -> None:
+    """A removal build whose plan lost an image to a transient error (the detector out of GPU
+    memory, say) is finished by a rerun: the image is planned again, its rows are built into new
+    shards, and the rows are those of a build that never failed."""
+    import shutil
+
+    from xmr.data.synthetic import read_synthetic
+    from xmr.synth.build import synthesize
+    from xmr.synth.output import PLAN, PLAN_ERRORS, error_table, plan_table, read_plan
+    from xmr.synth.output import write_table_atomic as write
+
+    def build(out: Path):
+        config, runtime = load_configs(
+            None, {"data": small_toyworld, "out": out, "limit": 12, "rows_per_shard": 4,
+                   "caption": "prompt", "progress": False, "log_mlflow": False}
+        )  # fmt: skip
+        return synthesize(config, runtime)
+
+    def rows(out: Path) -> list[tuple]:
+        return sorted((p.key, p.image, p.caption) for p in read_synthetic(out))
+
+    reference = build(tmp_path / "reference")
+    out = tmp_path / "out"
+    shutil.copytree(tmp_path / "reference", out)
+    planned, errors, metadata = read_plan(out)
+    lost = planned[0].source_image_id
+    for name in ("data", "shard_errors", "errors.parquet", "manifest.json"):
+        path = out / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    oom = {"key": str(lost), "stage": "detect", "error_type": "OutOfMemoryError",
+           "message": "CUDA out of memory. Tried to allocate 2.00 GiB"}  # fmt: skip
+    write(error_table([*errors.to_pylist(), oom]), out / PLAN_ERRORS)
+    kept = [r for r in planned if r.source_image_id != lost]
+    write(plan_table(kept), out / PLAN, metadata)
+
+    result = build(out)
+    counts = result.manifest["counts"]
+    assert counts["retried"] == 1 and counts["recovered"] == 1
+    assert counts["transient_errors"] == 0
+    assert result.manifest["planned"] == reference.manifest["planned"]
+    assert result.manifest["written"] == reference.manifest["written"]
+    assert rows(out) == rows(tmp_path / "reference")
+    again = build(out)  # nothing left to retry: nothing is redone
+    assert again.manifest["counts"]["retried"] == 0
+    assert again.manifest["counts"]["rows_this_run"] == 0
