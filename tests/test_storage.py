@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +20,11 @@ from xmr.storage import (
     ObjectPath,
     StoragePath,
     check_bucket,
+    check_reachable,
+    connect_timeout,
     is_uri,
     storage_path,
+    store_endpoint,
     write_atomic,
 )
 
@@ -114,3 +123,119 @@ def test_an_unreachable_store_is_one_line_with_the_flag_named(monkeypatch):
         monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=r"^--out s3://xmr-unreachable/x: cannot reach the obj"):
         check_bucket(storage_path("s3://xmr-unreachable/x"), "--out")
+
+
+# --- failing fast on a store that cannot be reached -------------------------------------------
+SLACK_S = 4
+"""How much longer than its timeout a refusal may take on a busy machine: a bound that says
+"fails fast rather than hangs" (pyarrow's own retries took 20 s or more), not a timing."""
+
+
+def _point_s3_at(monkeypatch, endpoint: str, timeout: str = "1") -> None:
+    """This process's ``s3://`` at ``endpoint``, with test credentials and ``timeout`` s."""
+    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "x",
+                        "AWS_SECRET_ACCESS_KEY": "y", "AWS_DEFAULT_REGION": "us-east-1",
+                        "XMR_STORAGE_CONNECT_TIMEOUT": timeout}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+
+
+def _new_bucket() -> str:
+    """A bucket name no earlier test opened (a reachable one is cached per process)."""
+    return f"s3://xmr-{uuid.uuid4().hex[:12]}"
+
+
+@contextmanager
+def _silent_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` of a socket that listens and never answers: the kernel
+    accepts the connection, nothing reads the request or replies."""
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as server:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def _refusal(target: StoragePath, flag: str) -> tuple[str, float]:
+    """``check_bucket``'s refusal of ``target`` and the seconds it took."""
+    started = time.monotonic()
+    with pytest.raises(ValueError) as refused:
+        check_bucket(target, flag)
+    return str(refused.value), time.monotonic() - started
+
+
+def test_a_closed_port_is_refused_at_once_naming_the_endpoint(monkeypatch):
+    from ray_cluster import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    _point_s3_at(monkeypatch, endpoint)
+    bucket = _new_bucket()
+    message, took = _refusal(storage_path(f"{bucket}/runs"), "--storage")
+    assert message == (
+        f"--storage {bucket}/runs: cannot reach the object store ({endpoint}: connection "
+        f"refused; endpoint from AWS_ENDPOINT_URL={endpoint}; AWS_ENDPOINT_URL / "
+        "AWS_ENDPOINT_URL_S3 (an S3-compatible server) or AWS_REGION / AWS_DEFAULT_REGION "
+        "(AWS) set it; XMR_STORAGE_CONNECT_TIMEOUT=1 s is the wait, 0 no check)"
+    )
+    assert took < 1 + SLACK_S, took
+    # http(s)://: the URI's own host and port
+    message, took = _refusal(storage_path(f"{endpoint}/data"), "--data")
+    assert message.startswith(f"--data {endpoint}/data: cannot reach the object store (")
+    assert f"{endpoint}: connection refused; endpoint from the URI;" in message
+    assert took < 1 + SLACK_S, took
+
+
+def test_an_endpoint_that_never_answers_is_refused_after_the_timeout(monkeypatch):
+    with _silent_endpoint() as endpoint:
+        _point_s3_at(monkeypatch, endpoint, timeout="1")
+        bucket = _new_bucket()
+        message, took = _refusal(storage_path(f"{bucket}/x"), "--out")
+    assert message.startswith(f"--out {bucket}/x: cannot reach the object store ({endpoint}: ")
+    assert "no answer within 1 s; endpoint from AWS_ENDPOINT_URL=" in message
+    assert "\n" not in message
+    assert took < 1 + SLACK_S, took
+
+
+def test_a_command_refuses_an_unreachable_store_before_ray_starts(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from xmr.cli import app
+
+    with _silent_endpoint() as endpoint:
+        _point_s3_at(monkeypatch, endpoint, timeout="1")
+        bucket = _new_bucket()
+        result = CliRunner().invoke(app, ["synth", "--out", f"{bucket}/d"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: --out {bucket}/d: cannot reach the object store ("), lines
+    assert "no answer within 1 s" in lines[0]
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+
+
+def test_the_wait_is_set_by_a_variable_and_zero_turns_the_check_off(monkeypatch):
+    from ray_cluster import free_port
+
+    assert connect_timeout({}) == 5.0 and connect_timeout({"XMR_STORAGE_CONNECT_TIMEOUT": "2"}) == 2
+    for bad in ("soon", "-1", "nan", "inf"):
+        with pytest.raises(ValueError, match=r"^XMR_STORAGE_CONNECT_TIMEOUT must be a number"):
+            connect_timeout({"XMR_STORAGE_CONNECT_TIMEOUT": bad})
+    _point_s3_at(monkeypatch, f"http://127.0.0.1:{free_port()}", timeout="0")
+    check_reachable("s3", _new_bucket().removeprefix("s3://"))  # not asked: nothing to say
+
+
+def test_the_endpoint_is_where_pyarrow_sends_requests():
+    assert store_endpoint("s3", "b", {"AWS_ENDPOINT_URL": "http://h:1",
+                                      "AWS_ENDPOINT_URL_S3": "https://s3.h"}) == (
+        "https", "s3.h", 443, "AWS_ENDPOINT_URL_S3=https://s3.h")  # fmt: skip
+    assert store_endpoint("s3", "b?endpoint_override=h:9000&scheme=http", {})[:3] == (
+        "http", "h", 9000)  # fmt: skip
+    assert store_endpoint("s3", "b", {})[1:3] == ("s3.amazonaws.com", 443)
+    assert store_endpoint("s3", "b", {"AWS_REGION": "cn-north-1"})[1] == (
+        "s3.cn-north-1.amazonaws.com.cn")  # fmt: skip
+    assert store_endpoint("http", "h", {})[:3] == ("http", "h", 80)
+    assert store_endpoint("gs", "b", {}) is None  # not checked
+
+
+def test_a_reachable_store_passes_the_check(s3_bucket, monkeypatch):
+    monkeypatch.setenv("XMR_STORAGE_CONNECT_TIMEOUT", "1")
+    check_reachable("s3", s3_bucket.removeprefix("s3://"))
+    check_bucket(storage_path(f"{s3_bucket}/runs"), "--storage")
+    (storage_path(f"{s3_bucket}/runs") / "a.txt").write_text("here")
+    assert (storage_path(f"{s3_bucket}/runs") / "a.txt").read_text() == "here"

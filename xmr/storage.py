@@ -13,19 +13,32 @@ pyarrow is imported on first use (the command line's option parsing imports this
 Credentials and endpoints come from the environment as the AWS SDK reads them
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL``
 for an S3-compatible server, an instance profile on EC2); nothing secret is written anywhere.
+
+Before a process first opens a bucket, :func:`check_reachable` asks the store's endpoint for an
+answer with a short timeout, so that a store that cannot be reached is refused in seconds (one
+line naming the endpoint and the variables that set it) rather than after the AWS SDK's retries
+(20 s to minutes): commands check their output bucket this way before Ray starts. The endpoint
+of ``s3://`` is ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` (as pyarrow reads them), else
+AWS's ``s3.<region>.amazonaws.com`` (``AWS_REGION`` / ``AWS_DEFAULT_REGION``); of ``http(s)://``
+the URI's host. ``XMR_STORAGE_CONNECT_TIMEOUT`` (seconds, default 5) sets the wait; ``0`` turns
+the check off. Other schemes are not checked.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import http.client
 import io
 import os
 import posixpath
+import ssl
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -44,6 +57,7 @@ def _filesystem(scheme: str, bucket: str) -> pafs.FileSystem:
     """The pyarrow filesystem for ``scheme://bucket`` (one per process and bucket)."""
     import pyarrow.fs as pafs
 
+    check_reachable(scheme, bucket)
     try:
         filesystem, _ = pafs.FileSystem.from_uri(f"{scheme}://{bucket}")
     except OSError as exc:  # S3: the bucket's region is looked up here (a request)
@@ -56,8 +70,162 @@ class UnreachableStorage(ValueError):
     one-line message with the store's first line of error, as bad input is reported."""
 
     def __init__(self, where: str, cause: BaseException) -> None:
+        self.cause = cause
         reason = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
         super().__init__(f"{where}: cannot reach the object store ({reason})")
+
+
+CONNECT_TIMEOUT_ENV = "XMR_STORAGE_CONNECT_TIMEOUT"
+"""The environment variable holding how long (seconds) :func:`check_reachable` waits for an
+object store's endpoint to answer; ``0`` turns the check off."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds :func:`check_reachable` waits when :data:`CONNECT_TIMEOUT_ENV` is unset."""
+S3_SETTINGS = (
+    "AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 (an S3-compatible server) "
+    "or AWS_REGION / AWS_DEFAULT_REGION (AWS)"
+)
+"""The variables that say where ``s3://`` is, as a refusal names them."""
+
+
+def connect_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds to wait for an object store's endpoint: :data:`CONNECT_TIMEOUT_ENV` of
+    ``environ`` (default: this process's), else :data:`DEFAULT_CONNECT_TIMEOUT`.
+
+    >>> connect_timeout({"XMR_STORAGE_CONNECT_TIMEOUT": "1.5"}), connect_timeout({})
+    (1.5, 5.0)
+
+    Raises:
+        ValueError: not a number of seconds, or negative.
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):  # also NaN
+        raise ValueError(
+            f"{CONNECT_TIMEOUT_ENV} must be a number of seconds (0: no check), got {text!r}"
+        )
+    return seconds
+
+
+def store_endpoint(
+    scheme: str, bucket: str, environ: Mapping[str, str] | None = None
+) -> tuple[str, str, int, str] | None:
+    """Where a request for ``scheme://bucket`` goes: ``(scheme, host, port, said by)``, the last
+    in words for a message; None for a scheme not checked (or an endpoint that does not parse:
+    pyarrow then says what is wrong).
+
+    >>> store_endpoint("s3", "b", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"})
+    ('http', '127.0.0.1', 9000, 'AWS_ENDPOINT_URL=http://127.0.0.1:9000')
+    >>> store_endpoint("s3", "b", {"AWS_DEFAULT_REGION": "eu-west-1"})[1:3]
+    ('s3.eu-west-1.amazonaws.com', 443)
+    >>> store_endpoint("https", "example.org:8443", {})[:3]
+    ('https', 'example.org', 8443)
+    """
+    environ = os.environ if environ is None else environ
+    name, _, query = bucket.partition("?")
+    if scheme in ("http", "https"):
+        url, said_by = f"{scheme}://{name}", "the URI"
+    elif scheme == "s3":
+        options = {key: values[-1] for key, values in parse_qs(query).items()}
+        variable = next(
+            (v for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if environ.get(v)), None
+        )
+        if options.get("endpoint_override"):
+            override = options["endpoint_override"]
+            url = (
+                override if "://" in override else f"{options.get('scheme', 'https')}://{override}"
+            )
+            said_by = "the URI's endpoint_override"
+        elif variable is not None:
+            url = environ[variable]
+            url = url if "://" in url else f"https://{url}"
+            said_by = f"{variable}={environ[variable]}"
+        else:
+            region = options.get("region") or environ.get("AWS_REGION")
+            region = region or environ.get("AWS_DEFAULT_REGION")
+            suffix = "amazonaws.com.cn" if (region or "").startswith("cn-") else "amazonaws.com"
+            url = f"https://s3.{region}.{suffix}" if region else f"https://s3.{suffix}"
+            said_by = "AWS S3, no AWS_ENDPOINT_URL set" + (f", region {region}" if region else "")
+    else:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80), said_by
+
+
+def check_reachable(scheme: str, bucket: str) -> None:
+    """Refuse ``scheme://bucket`` when its endpoint (:func:`store_endpoint`) does not answer an
+    HTTP request within :func:`connect_timeout` seconds: a store that cannot be reached is
+    refused in seconds, before pyarrow's AWS SDK retries for tens of seconds or more. Any
+    answer passes (even an error status: credentials and the bucket are checked later); ``0``
+    seconds, or a scheme other than ``s3`` and ``http(s)``, skip the check.
+
+    The request is ``HEAD /`` without credentials, direct as pyarrow's S3 client connects (no
+    proxy); over HTTPS without checking the certificate (only whether the server answers;
+    pyarrow's own connection checks it). Name lookup counts towards the wait.
+
+    Raises:
+        UnreachableStorage: one line naming the endpoint, where it was set and the variables
+            that set it.
+        ValueError: :data:`CONNECT_TIMEOUT_ENV` is not a number of seconds.
+    """
+    seconds = connect_timeout()
+    endpoint = store_endpoint(scheme, bucket)
+    if not seconds or endpoint is None:
+        return
+    protocol, host, port, said_by = endpoint
+    outcome: list[BaseException | None] = []
+
+    def ask() -> None:
+        if protocol == "https":
+            context = ssl.create_default_context()
+            context.check_hostname = False  # whether it answers, not who it is
+            context.verify_mode = ssl.CERT_NONE
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=seconds, context=context
+            )
+        else:
+            connection = http.client.HTTPConnection(host, port, timeout=seconds)
+        try:
+            connection.request("HEAD", "/")
+            connection.getresponse().close()
+            outcome.append(None)
+        except (OSError, http.client.HTTPException) as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    # A thread bounds the whole wait: the socket timeout does not cover the name lookup.
+    asking = threading.Thread(target=ask, name="xmr-storage-check", daemon=True)
+    asking.start()
+    asking.join(seconds)
+    failure = outcome[0] if outcome else TimeoutError()
+    if failure is None:
+        return
+    if isinstance(failure, TimeoutError):
+        reason = f"no answer within {seconds:g} s"
+    elif isinstance(failure, ConnectionRefusedError):
+        reason = "connection refused"
+    else:
+        reason = (str(failure).splitlines() or [""])[0] or type(failure).__name__
+    settings = f"; {S3_SETTINGS} set it" if scheme == "s3" else ""
+    raise UnreachableStorage(
+        f"{scheme}://{bucket}",
+        ConnectionError(
+            f"{protocol}://{host}:{port}: {reason}; endpoint from {said_by}{settings}; "
+            f"{CONNECT_TIMEOUT_ENV}={seconds:g} s is the wait, 0 no check"
+        ),
+    )
 
 
 class ObjectPath:
@@ -126,7 +294,10 @@ class ObjectPath:
     @property
     def filesystem(self) -> pafs.FileSystem:
         """The pyarrow filesystem this path lives on (pass it with :attr:`path`)."""
-        return _filesystem(self.scheme, self.key.split("/", 1)[0])
+        try:
+            return _filesystem(self.scheme, self.key.split("/", 1)[0])
+        except UnreachableStorage as exc:  # named by the bucket: name this path
+            raise UnreachableStorage(str(self), exc.cause) from None
 
     @property
     def path(self) -> str:
