@@ -18,10 +18,15 @@ from PIL import Image
 from xmr.benchmarks import (
     ARO_METRICS,
     BINDING_METRICS,
+    EMPTY_CAPTION,
     EXCLUDED_RELATIONS,
+    IMAGE_NOT_FOUND,
+    IMAGE_OUTSIDE,
     MIN_ATTRIBUTE_PAIR_ITEMS,
+    NO_SHUFFLE,
     SUGARCREPE_CATEGORIES,
     SUGARCREPE_MEAN_METRIC,
+    UNREADABLE_IMAGE,
     ContrastItem,
     aro_subsets,
     category_metric,
@@ -433,10 +438,13 @@ def test_order_items_from_karpathy_test_captions(nltk_tagger: None, tmp_path: Pa
         "val2014/img_2.jpg#1",
     ]
     assert data.items[2].captions == ("a dog", "dog a")  # only the shuffle within trigrams
-    assert [issue.item for issue in data.skipped] == [
-        f"{root.resolve() / 'coco_karpathy_test.json'}: val2014/img_2.jpg#0"
-    ]
-    assert "'Surfing.': no shuffle can change its word order" in data.skipped[0].reason
+    assert [(skip.item, skip.reason) for skip in data.skipped] == [
+        ("val2014/img_2.jpg#0", NO_SHUFFLE)
+    ]  # skipped by the benchmark's rule, named by the id its item would have had
+    assert data.skipped[0].detail == (
+        f"{root.resolve() / 'coco_karpathy_test.json'}: entry 1: caption 'Surfing.': no "
+        "shuffle can change its word order"
+    )
     item = data.items[1]
     assert item.group == "coco-order" and item.box is None
     assert item.image == (root / "val2014" / "img_1.jpg").resolve()
@@ -632,9 +640,11 @@ def test_aro_scores_each_subset_present_and_names_the_rest(nltk_tagger, tmp_path
     result = run_benchmark(config, "aro", model=model)
     assert set(result.metrics) == {"aro/vg_relation_acc", "aro/coco_order_acc"}
     assert result.missing == ("flickr30k_test.json",)
-    assert result.counts["unreadable"] == 2 and result.counts["scored"] == result.counts[
-        "items"] - 2  # fmt: skip
-    assert sum("broken.jpg" in issue.reason for issue in result.issues) == 2
+    # every row is scored or skipped: 3 + 2 VG items, 4 COCO captions of which one ("Surfing.")
+    # no shuffle can change; the two VG-Attribution items' image does not decode
+    assert result.counts == {"items": 9, "scored": 6, "unreadable": 2, "skipped": 3}
+    assert result.skip_counts() == {UNREADABLE_IMAGE: 2, NO_SHUFFLE: 1}
+    assert sum("broken.jpg" in skip.detail for skip in result.skipped) == 2
     # The relation accuracy, recomputed from the model's own similarities.
     items = read_benchmark("aro", root, subset="vg-relation")["vg-relation"].items
     right = []
@@ -759,3 +769,247 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     assert list(items) == ["binding"] and items["binding"].keys == result.per_query["binding"].keys
     for name, values in result.per_query["binding"].values.items():
         assert items["binding"].values[f"test/{name}"] == pytest.approx(values)
+
+
+# --- bad rows: skipped per item, named and counted; --strict stops at the first -------------
+
+
+def _bad_sugarcrepe(root: Path) -> Path:
+    """SugarCrepe with 3 + 2 items, one image missing (``add_att/10``) and one empty caption
+    (``swap_obj/0``)."""
+    _sugarcrepe(root, {"add_att": 3, "swap_obj": 2})
+    (root / "val2017" / "add_att_01.jpg").unlink()
+    items = json.loads((root / "swap_obj.json").read_text())
+    items["0"]["negative_caption"] = "  "
+    _write_json(root / "swap_obj.json", items)
+    return root
+
+
+def test_sugarcrepe_bad_rows_are_skipped_each_with_its_reason(tmp_path: Path) -> None:
+    """A missing image, an empty caption, image names that leave the images folder (``../``,
+    an absolute path, both naming real files): each is one skipped item, by the id it would
+    have had, with its reason and a line naming its file and item; every row is an item or a
+    skip. A link inside the folder is the user's own and is followed."""
+    root = _bad_sugarcrepe(tmp_path / "sc")
+    secret = _image(tmp_path / "secret.jpg")
+    _image(tmp_path / "elsewhere" / "linked.jpg")
+    (root / "val2017" / "link.jpg").symlink_to(tmp_path / "elsewhere" / "linked.jpg")
+    _write_json(root / "replace_rel.json", {
+        "1": {"filename": "../../secret.jpg", "caption": "c", "negative_caption": "d"},
+        "2": {"filename": str(secret), "caption": "c", "negative_caption": "d"},
+        "3": {"filename": "link.jpg", "caption": "c", "negative_caption": "d"},
+        "4": {"filename": "sub/../add_att_00.jpg", "caption": "c", "negative_caption": "d"},
+        "5": {"filename": "", "caption": "c", "negative_caption": "d"},
+    })  # fmt: skip
+    data = read_sugarcrepe(root, strict=False)
+    assert [item.item_id for item in data.items] == [
+        "add_att/0", "add_att/20", "replace_rel/3", "swap_obj/10"
+    ]  # fmt: skip
+    assert [(skip.item, skip.reason) for skip in data.skipped] == [
+        ("add_att/10", IMAGE_NOT_FOUND),
+        ("replace_rel/1", IMAGE_OUTSIDE),
+        ("replace_rel/2", IMAGE_OUTSIDE),
+        ("replace_rel/4", IMAGE_OUTSIDE),  # a '..' is refused even when it climbs back in
+        ("replace_rel/5", IMAGE_NOT_FOUND),
+        ("swap_obj/0", EMPTY_CAPTION),
+    ]
+    assert len(data.items) + len(data.skipped) == 3 + 2 + 5
+    details = {skip.item: skip.detail for skip in data.skipped}
+    sc = root.resolve()
+    assert details["add_att/10"] == (
+        f"{sc / 'add_att.json'}: item '10': image not found: {sc / 'val2017' / 'add_att_01.jpg'}"
+    )
+    assert details["replace_rel/1"].startswith(
+        f"{sc / 'replace_rel.json'}: item '1': image '../../secret.jpg' refused: an image name "
+        f"is a path inside the images folder {sc / 'val2017'}"
+    )
+    assert f"image {str(secret)!r} refused" in details["replace_rel/2"]
+    assert details["swap_obj/0"] == (
+        f"{sc / 'swap_obj.json'}: item '0': 'negative_caption' must be a non-empty string, got '  '"
+    )
+    assert data.items[2].image == sc / "val2017" / "link.jpg"
+    # strict (the readers' default): the first bad row, in the order read, is the error
+    with pytest.raises(DataError, match=r"add_att\.json: item '10': image not found: ") as error:
+        read_sugarcrepe(root)
+    assert "\n" not in str(error.value)
+
+
+def test_aro_bad_rows_are_skipped_each_with_its_reason(nltk_tagger: None, tmp_path: Path) -> None:
+    """VG: a missing image, a '../' name, an empty caption; Order: every caption of an entry
+    whose image is missing, and an empty caption. A malformed entry still stops the reading."""
+    root = _vg(tmp_path / "aro", "vg-relation", ["on"] * 5)
+    _image(tmp_path / "secret.jpg")
+    entries = json.loads((root / "visual_genome_relation.json").read_text())
+    entries[1]["image_path"] = "gone.jpg"
+    entries[2]["image_path"] = "../../secret.jpg"
+    entries[3]["true_caption"] = ""
+    entries[4]["false_caption"] = None
+    _write_json(root / "visual_genome_relation.json", entries)
+    data = read_aro("vg-relation", root, strict=False)
+    assert [item.item_id for item in data.items] == ["vg-relation/0"]
+    assert [(skip.item, skip.reason) for skip in data.skipped] == [
+        ("vg-relation/1", IMAGE_NOT_FOUND),
+        ("vg-relation/2", IMAGE_OUTSIDE),
+        ("vg-relation/3", EMPTY_CAPTION),
+        ("vg-relation/4", EMPTY_CAPTION),
+    ]
+    assert data.skipped[2].detail.startswith(
+        f"{root.resolve() / 'visual_genome_relation.json'}: item 3: 'true_caption' must be a "
+        "non-empty string"
+    )
+    with pytest.raises(DataError, match=r"relation\.json: item 1: image not found: .*gone\.jpg"):
+        read_aro("vg-relation", root)
+    entries[0]["bbox_w"] = "wide"  # malformed, not a bad row: stops the reading either way
+    _write_json(root / "visual_genome_relation.json", entries)
+    with pytest.raises(DataError, match=r"item 0: bbox_x, bbox_y, bbox_w, bbox_h"):
+        read_aro("vg-relation", root, strict=False)
+
+    karpathy = _karpathy(tmp_path / "coco", "coco_karpathy_test.json", "val2014")
+    entries = json.loads((karpathy / "coco_karpathy_test.json").read_text())
+    entries[0]["caption"][1] = " "
+    entries.append({"image": "val2014/gone.jpg", "caption": ["A dog.", "A cat on a mat."]})
+    entries.append({"image": "../secret.jpg", "caption": ["A dog on a mat."]})
+    _write_json(karpathy / "coco_karpathy_test.json", entries)
+    order = read_aro("coco-order", karpathy, strict=False)
+    assert [item.item_id for item in order.items] == ["val2014/img_1.jpg#0", "val2014/img_2.jpg#1"]
+    assert [(skip.item, skip.reason) for skip in order.skipped] == [
+        ("val2014/img_1.jpg#1", EMPTY_CAPTION),
+        ("val2014/img_2.jpg#0", NO_SHUFFLE),
+        ("val2014/gone.jpg#0", IMAGE_NOT_FOUND),
+        ("val2014/gone.jpg#1", IMAGE_NOT_FOUND),
+        ("../secret.jpg#0", IMAGE_OUTSIDE),
+    ]
+    # strict: the empty caption stops it; the Order rule's skip never does
+    with pytest.raises(DataError, match=r"test\.json: entry 0: caption 1 is empty"):
+        read_aro("coco-order", karpathy)
+
+
+def test_sugarcrepe_with_a_missing_image_and_an_empty_caption_is_scored_with_2_skipped(
+    tmp_path: Path,
+) -> None:
+    """The acceptance test of `xmr eval --benchmark sugarcrepe` (in this process with a model
+    in memory; the CLI's tail: table and JSON): the rest is scored, ``skipped: 2`` with each
+    reason counted and each item named, in the table and in the JSON."""
+    from rich.console import Console
+
+    from xmr.eval import report
+    from xmr.eval.benchmark import run_benchmark
+    from xmr.eval.config import eval_config
+    from xmr.models import create_model
+
+    root = _bad_sugarcrepe(tmp_path / "sc")
+    config = eval_config(data=root, batch_size=4, bootstrap=50)
+    result = run_benchmark(config, "sugarcrepe", model=create_model("clip", arch="xmr-tiny"))
+    assert result.counts == {"items": 5, "scored": 3, "unreadable": 0, "skipped": 2}
+    assert set(result.metrics) == {
+        "sugarcrepe/add_att_acc", "sugarcrepe/swap_obj_acc", "sugarcrepe/mean_acc"
+    }  # fmt: skip
+    groups = result.groups["sugarcrepe"]
+    assert (groups["add_att"].count, groups["swap_obj"].count) == (2, 1)
+    assert result.per_query["sugarcrepe"].keys == [
+        "add_att/0:a red car 0", "add_att/20:a red car 2", "swap_obj/10:a red car 1"
+    ]  # fmt: skip
+
+    shown = Console(width=100, record=True)
+    report.print_benchmark(result, config, shown)
+    text = shown.export_text()
+    assert "skipped: 2 (image not found: 1, empty caption: 1)" in text
+    assert "items=5, scored=3, unreadable=0, skipped=2" in text
+    assert f"{root.resolve() / 'add_att.json'}: item '10': image not found: " in text
+    assert f"{root.resolve() / 'swap_obj.json'}: item '0': 'negative_caption' must be" in text
+
+    written = json.loads(report.write_json(result, config, tmp_path / "out.json").read_text())
+    assert written["skipped_by_reason"] == {IMAGE_NOT_FOUND: 1, EMPTY_CAPTION: 1}
+    assert [(s["item"], s["reason"]) for s in written["skipped"]] == [
+        ("add_att/10", IMAGE_NOT_FOUND),
+        ("swap_obj/0", EMPTY_CAPTION),
+    ]
+    assert all(s["detail"].startswith(str(root.resolve())) for s in written["skipped"])
+
+
+def test_an_unreadable_image_is_skipped_from_the_encoding_stage_or_with_strict_stops(
+    nltk_tagger: None, tmp_path: Path
+) -> None:
+    """Bytes that do not decode are found by the encoding stage, as that row's error: its items
+    (here an ARO box and a SugarCrepe item) are skipped and the rest of the batch scored; with
+    strict the first is one line naming the image and the item."""
+    from xmr.eval.benchmark import run_benchmark
+    from xmr.eval.config import eval_config
+    from xmr.models import create_model
+
+    model = create_model("clip", arch="xmr-tiny")
+    aro = _vg(tmp_path / "aro", "vg-relation", ["on", "on", "on"])
+    (aro / "images" / "broken.jpg").write_bytes(b"not a jpeg")
+    _image(tmp_path / "secret.jpg")
+    entries = json.loads((aro / "visual_genome_relation.json").read_text())
+    entries[1]["image_path"] = "broken.jpg"
+    entries[2]["image_path"] = "../../secret.jpg"
+    _write_json(aro / "visual_genome_relation.json", entries)
+    config = eval_config(data=aro, batch_size=8, bootstrap=0)
+    result = run_benchmark(config, "aro", model=model)
+    assert result.counts == {"items": 3, "scored": 1, "unreadable": 1, "skipped": 2}
+    assert result.skip_counts() == {IMAGE_OUTSIDE: 1, UNREADABLE_IMAGE: 1}
+    assert result.groups["vg-relation"]["on"].count == 1
+    broken = next(skip for skip in result.skipped if skip.reason == UNREADABLE_IMAGE)
+    assert broken.item == "vg-relation/1"
+    assert broken.detail.startswith("item 'vg-relation/1': DataError: ")
+    assert f"{aro.resolve() / 'images' / 'broken.jpg'}: cannot decode image" in broken.detail
+
+    sugarcrepe = _sugarcrepe(tmp_path / "sc", {"add_att": 3})
+    (sugarcrepe / "val2017" / "add_att_02.jpg").write_bytes(b"\xff\xd8 truncated")
+    config = eval_config(data=sugarcrepe, batch_size=8, bootstrap=0)
+    result = run_benchmark(config, "sugarcrepe", model=model)
+    assert result.counts == {"items": 3, "scored": 2, "unreadable": 1, "skipped": 1}
+    assert [(s.item, s.reason) for s in result.skipped] == [("add_att/20", UNREADABLE_IMAGE)]
+    with pytest.raises(DataError) as error:
+        run_benchmark(config, "sugarcrepe", model=model, strict=True)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("item 'add_att/20': DataError: ")
+    assert "val2017/add_att_02.jpg: cannot decode image" in message
+
+
+def test_strict_stops_at_the_first_bad_row_in_one_line_before_ray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`xmr eval --benchmark sugarcrepe --strict`: a missing image is one `error:` line naming
+    the file and the item, exit 2, decided in the driver before Ray is started; without a
+    benchmark --strict is refused."""
+    from typer.testing import CliRunner
+
+    import xmr.pipeline.ray_executor
+    from xmr.cli import app
+
+    def no_ray(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(xmr.pipeline.ray_executor, "init_ray", no_ray)
+    root = _bad_sugarcrepe(tmp_path / "sc")
+    args = ["eval", "--benchmark", "sugarcrepe", "--data", str(root), "--model", "clip",
+            "--arch", "xmr-tiny", "--strict"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    sc = root.resolve()
+    assert lines[0] == (
+        f"error: {sc / 'add_att.json'}: item '10': image not found: "
+        f"{sc / 'val2017' / 'add_att_01.jpg'}"
+    )
+    # the same path escape, refused before Ray as well
+    (sc / "val2017" / "add_att_01.jpg").symlink_to(sc / "val2017" / "add_att_00.jpg")
+    items = json.loads((root / "swap_obj.json").read_text())
+    items["0"] = {"filename": "../../etc/passwd", "caption": "c", "negative_caption": "d"}
+    _write_json(root / "swap_obj.json", items)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "item '0': image '../../etc/passwd' refused" in result.output
+
+    result = CliRunner().invoke(app, ["eval", "--strict"])
+    assert result.exit_code == 2 and "--strict applies to --benchmark" in result.output
+
+    # not strict, but nothing left to score: one line, the skips summed up, before Ray
+    gone = _sugarcrepe(tmp_path / "gone", {"add_obj": 2})
+    for image in (gone / "val2017").iterdir():
+        image.unlink()
+    result = CliRunner().invoke(app, [*args[:4], str(gone), *args[5:-1]])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "no sugarcrepe item to score; skipped 2 (image not found: 2), e.g. " in result.output

@@ -8,7 +8,8 @@ benchmark's scorer aggregates it into metrics (all higher is better).
 
 Modules:
 
-- :mod:`.items`: the item form, :func:`true_caption_wins`, per-group accuracy and the metrics
+- :mod:`.items`: the item form, the skipped rows' form and reasons (:class:`SkippedItem`,
+  :data:`SKIP_REASONS`), :func:`true_caption_wins`, per-group accuracy and the metrics
   made of group accuracies (:func:`weighted_accuracy` with :func:`macro_weights` or
   :func:`pooled_weights`; their per-item values for the bootstrap), :func:`item_image` (the
   image cropped to the item's box);
@@ -33,11 +34,18 @@ from xmr.benchmarks.aro import (
 )
 from xmr.benchmarks.binding import BINDING_GROUPS, BINDING_METRICS, read_binding, score_binding
 from xmr.benchmarks.items import (
+    EMPTY_CAPTION,
+    IMAGE_NOT_FOUND,
+    IMAGE_OUTSIDE,
+    NO_SHUFFLE,
+    SKIP_REASONS,
+    UNREADABLE_IMAGE,
     BenchmarkData,
     BenchmarkScore,
     CaptionContrastItem,
     ContrastItem,
     GroupAccuracy,
+    SkippedItem,
     group_accuracies,
     item_image,
     macro_accuracy,
@@ -61,16 +69,23 @@ __all__ = [
     "ARO_SUBSETS",
     "BINDING_GROUPS",
     "BINDING_METRICS",
+    "EMPTY_CAPTION",
     "EXCLUDED_RELATIONS",
+    "IMAGE_NOT_FOUND",
+    "IMAGE_OUTSIDE",
     "MIN_ATTRIBUTE_PAIR_ITEMS",
+    "NO_SHUFFLE",
     "PERTURBATIONS",
+    "SKIP_REASONS",
     "SUGARCREPE_CATEGORIES",
     "SUGARCREPE_MEAN_METRIC",
+    "UNREADABLE_IMAGE",
     "BenchmarkData",
     "BenchmarkScore",
     "CaptionContrastItem",
     "ContrastItem",
     "GroupAccuracy",
+    "SkippedItem",
     "aro_subsets",
     "category_metric",
     "group_accuracies",

@@ -14,7 +14,10 @@ A VG file is a JSON list of items with ``image_path`` (under ``images/``), ``bbo
 ``bbox_y``, ``bbox_w``, ``bbox_h`` (pixels; the image is cropped to the box), ``true_caption``,
 ``false_caption`` and ``relation_name`` (VG-Relation) or ``attributes`` (VG-Attribution: a pair
 of attribute words); other keys are ignored. The Order subsets are built from the captions
-(:mod:`xmr.benchmarks.order`).
+(:mod:`xmr.benchmarks.order`). In every subset an item whose image is missing (or named
+outside its images folder) or whose caption is empty is skipped with its reason
+(:attr:`~xmr.benchmarks.items.BenchmarkData.skipped`), or with ``strict`` stops the reading; a
+malformed file or entry always does.
 
 Scoring (an item is right when its true caption scores strictly above every negative):
 
@@ -42,11 +45,15 @@ from typing import Any
 import numpy as np
 
 from xmr.benchmarks.items import (
+    EMPTY_CAPTION,
     BenchmarkData,
     BenchmarkScore,
     ContrastItem,
     GroupAccuracy,
+    Skips,
     group_accuracies,
+    image_problem,
+    is_empty_caption,
     macro_weights,
     pooled_weights,
 )
@@ -150,13 +157,20 @@ def _require_subset(subset: str) -> None:
         raise ValueError(f"ARO subset {subset!r}: expected one of {', '.join(ARO_SUBSETS)}")
 
 
-def _vg_item(path: Path, index: int, entry: Any, images: Path, subset: str) -> ContrastItem:
+def _vg_item(
+    path: Path, index: int, entry: Any, images: Path, subset: str, skips: Skips
+) -> ContrastItem | None:
+    """One VG item, or None when it is skipped (recorded in ``skips``: a missing image, one
+    outside ``images``, an empty caption). A malformed entry (its box, its group, a field of
+    the wrong type) raises whatever ``skips`` is."""
     where = f"{path}: item {index}"
     if not isinstance(entry, dict):
         raise DataError(f"{where}: expected an object")
-    for name in ("image_path", "true_caption", "false_caption"):
-        if not isinstance(entry.get(name), str) or not entry[name].strip():
-            raise DataError(f"{where}: {name!r} must be a non-empty string")
+    empty = [
+        name
+        for name in ("true_caption", "false_caption")
+        if is_empty_caption(entry.get(name), name, where)
+    ]
     box = tuple(entry.get(name) for name in _BOX_FIELDS)
     if not all(
         isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in box
@@ -175,15 +189,21 @@ def _vg_item(path: Path, index: int, entry: Any, images: Path, subset: str) -> C
         ):
             raise DataError(f"{where}: 'attributes' must be a list of two strings, got {pair!r}")
         group = f"{pair[0]}_{pair[1]}"
-    image = images / entry["image_path"]
-    if not image.is_file():
-        raise DataError(f"{where}: image not found: {image}")
+    item_id = f"{subset}/{index}"
+    problem = image_problem(images, entry.get("image_path"), where)
+    if problem is not None:
+        skips.bad(item_id, *problem)
+        return None
+    if empty:
+        detail = f"{where}: {empty[0]!r} must be a non-empty string, got {entry.get(empty[0])!r}"
+        skips.bad(item_id, EMPTY_CAPTION, detail)
+        return None
     captions = (entry["true_caption"], entry["false_caption"])
     x, y, w, h = (float(v) for v in box)
-    return ContrastItem(f"{subset}/{index}", image, (x, y, w, h), captions, group)
+    return ContrastItem(item_id, images / entry["image_path"], (x, y, w, h), captions, group)
 
 
-def _read_vg(path: Path, images: Path, subset: str) -> BenchmarkData:
+def _read_vg(path: Path, images: Path, subset: str, strict: bool) -> BenchmarkData:
     if not images.is_dir():
         raise DataError(
             f"{images}: VG images folder not found (the ARO layout: {path.name} and "
@@ -194,12 +214,19 @@ def _read_vg(path: Path, images: Path, subset: str) -> BenchmarkData:
         raise DataError(f"{path}: expected a list of items, got {type(entries).__name__}")
     if not entries:
         raise DataError(f"{path}: no items")
-    items = [_vg_item(path, i, entry, images, subset) for i, entry in enumerate(entries)]
-    return BenchmarkData(items=tuple(items))
+    skips = Skips(strict)
+    read = [_vg_item(path, i, entry, images, subset, skips) for i, entry in enumerate(entries)]
+    items = tuple(item for item in read if item is not None)
+    return BenchmarkData(items=items, skipped=tuple(skips.items))
 
 
 def read_aro(
-    subset: str, folder: Path, *, seed: int = 0, max_words: int = MAX_WORDS
+    subset: str,
+    folder: Path,
+    *,
+    seed: int = 0,
+    max_words: int = MAX_WORDS,
+    strict: bool = True,
 ) -> BenchmarkData:
     """The items of one ARO subset, read from ``folder`` in the authors' layout.
 
@@ -209,17 +236,22 @@ def read_aro(
             VG; the paths the Karpathy file names for Order).
         seed: the Order shuffles' seed (VG items have none).
         max_words: Order captions are cut to this many words.
+        strict: raise at the first bad row (a missing image, an image name outside the
+            images folder, an empty caption); False: skip each, with its reason, in
+            ``skipped``.
 
     Returns:
         the items in file order. VG: ``item_id`` = ``<subset>/<index in the file>``, captions =
         (true, false), box = the item's box, group = the relation or ``"<attr1>_<attr2>"``.
         Order: see :func:`xmr.benchmarks.order.read_order` (group = the subset name; captions
-        no shuffle can change are in ``skipped``).
+        no shuffle can change are in ``skipped``, strict or not). ``skipped`` also holds the
+        bad rows (not strict), by the ids their items would have had.
 
     Raises:
         ValueError: not one of :data:`ARO_SUBSETS`.
         DataError: the subset's file is missing (names it and the layout), a malformed file or
-            item (names the file and the item), a missing image (names it).
+            item (names the file and the item); strict: a bad row (names the file, the item and
+            the image or the field).
     """
     _require_subset(subset)
     folder = Path(folder).resolve()
@@ -227,8 +259,8 @@ def read_aro(
     if not path.is_file():
         raise DataError(f"{path}: ARO {subset} file not found")
     if subset in ("vg-relation", "vg-attribution"):
-        return _read_vg(path, folder / VG_IMAGES_FOLDER, subset)
-    return read_order(path, folder, subset, seed=seed, max_words=max_words)
+        return _read_vg(path, folder / VG_IMAGES_FOLDER, subset, strict)
+    return read_order(path, folder, subset, seed=seed, max_words=max_words, strict=strict)
 
 
 def score_aro(subset: str, items: Sequence[ContrastItem], correct: np.ndarray) -> BenchmarkScore:

@@ -25,17 +25,111 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
 
-from xmr.data.errors import DataIssue
+from xmr.data.errors import DataError
 from xmr.data.images import load_image
 from xmr.metrics.bootstrap import group_weighted_values
 
 Box = tuple[float, float, float, float]
 """``(x, y, w, h)`` in pixels: left, top, width, height."""
+
+IMAGE_NOT_FOUND = "image not found"
+IMAGE_OUTSIDE = "image outside the images folder"
+EMPTY_CAPTION = "empty caption"
+UNREADABLE_IMAGE = "unreadable image"
+NO_SHUFFLE = "no shuffle changes the caption"
+SKIP_REASONS = (IMAGE_NOT_FOUND, IMAGE_OUTSIDE, EMPTY_CAPTION, UNREADABLE_IMAGE, NO_SHUFFLE)
+"""Why a benchmark row is not scored, the values of :attr:`SkippedItem.reason`. The first four
+are bad data (``--strict`` stops at the first instead); the last is the Order benchmarks' rule
+(:mod:`xmr.benchmarks.order`), always a skip. The readers decide the first three before any
+encoding; an image's bytes are found unreadable when the encoding stage decodes them."""
+
+
+class SkippedItem(NamedTuple):
+    """A benchmark row that is not scored.
+
+    Attributes:
+        item: the item's id, as it would have been scored (``"add_att/12"``,
+            ``"vg-relation/40"``, ``"val2014/COCO_val2014_000000391895.jpg#2"``).
+        reason: one of :data:`SKIP_REASONS`: what the skips are counted by.
+        detail: one line naming the file, the item and what is wrong with it (what ``--strict``
+            stops with).
+    """
+
+    item: str
+    reason: str
+    detail: str
+
+
+class Skips:
+    """The rows a reader does not make into items: each bad one is recorded with its reason,
+    or, ``strict``, raised as a :class:`~xmr.data.DataError` (its detail) at the first."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.items: list[SkippedItem] = []
+
+    def bad(self, item: str, reason: str, detail: str) -> None:
+        """Bad data (a missing image, an empty caption, ...): skip it, or raise when strict.
+
+        Raises:
+            DataError: ``detail``, when strict.
+        """
+        if self.strict:
+            raise DataError(detail)
+        self.items.append(SkippedItem(item, reason, detail))
+
+    def rule(self, item: str, reason: str, detail: str) -> None:
+        """A row the benchmark's own rules leave out: skipped, strict or not."""
+        self.items.append(SkippedItem(item, reason, detail))
+
+
+def image_problem(folder: Path, name: object, where: str) -> tuple[str, str] | None:
+    """Why the image ``name`` of an annotation (a path relative to ``folder``) cannot be
+    scored, as ``(reason, detail)``; None when ``folder / name`` is a file.
+
+    The names come from the benchmark's (downloaded) files, the folder from the user: a name
+    must stay inside the folder, so an absolute name or one with a ``..`` part is refused
+    (:data:`IMAGE_OUTSIDE`) without looking at the filesystem; links inside the folder are the
+    user's own and are followed.
+
+    Args:
+        folder: the images folder (absolute).
+        name: the annotation's value: a string, else it is treated as absent.
+        where: the file and the item, the detail's beginning (``"<file>: item '7'"``).
+    """
+    if not isinstance(name, str) or not name.strip():
+        return IMAGE_NOT_FOUND, f"{where}: no image name ({name!r})"
+    parts = PurePosixPath(name)
+    if parts.is_absolute() or ".." in parts.parts:
+        return IMAGE_OUTSIDE, (
+            f"{where}: image {name!r} refused: an image name is a path inside the images "
+            f"folder {folder} (not absolute, no '..')"
+        )
+    image = folder / name
+    if not image.is_file():
+        return IMAGE_NOT_FOUND, f"{where}: image not found: {image}"
+    return None
+
+
+def is_empty_caption(value: object, name: str, where: str) -> bool:
+    """True when a caption field is absent, null or blank (an item to skip); False for a
+    non-empty string.
+
+    Raises:
+        DataError: the value is neither a string nor absent (a malformed file, not a bad item;
+            names the file, the item and the field).
+    """
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        raise DataError(f"{where}: {name!r} must be a non-empty string, got {type(value).__name__}")
+    return not value.strip()
 
 
 @dataclass(frozen=True)
@@ -97,13 +191,14 @@ class BenchmarkData:
         caption_items: the caption -> image items (benchmarks that score that way too).
         missing: benchmark files that were expected but absent (SugarCrepe categories), to be
             named to the user; the benchmark is scored without them.
-        skipped: rows read but not made into items, each with its reason (an Order caption that
-            no shuffle can change); every input row is an item or a skip.
+        skipped: rows read but not made into items, each with its reason (a missing image or
+            one outside the images folder, an empty caption, an Order caption that no shuffle
+            can change); every input row is an item or a skip.
     """
 
     items: tuple[ContrastItem, ...]
     missing: tuple[str, ...] = ()
-    skipped: tuple[DataIssue, ...] = ()
+    skipped: tuple[SkippedItem, ...] = ()
     caption_items: tuple[CaptionContrastItem, ...] = ()
 
 

@@ -46,9 +46,16 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr.benchmarks.items import BenchmarkData, ContrastItem
+from xmr.benchmarks.items import (
+    EMPTY_CAPTION,
+    NO_SHUFFLE,
+    BenchmarkData,
+    ContrastItem,
+    Skips,
+    image_problem,
+)
 from xmr.data.coco import load_json
-from xmr.data.errors import DataError, DataIssue
+from xmr.data.errors import DataError
 from xmr.text.noun_phrases import tagged_tokens
 
 NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
@@ -182,7 +189,13 @@ def order_captions(
 
 
 def read_order(
-    annotations: Path, images: Path, group: str, *, seed: int, max_words: int = MAX_WORDS
+    annotations: Path,
+    images: Path,
+    group: str,
+    *,
+    seed: int,
+    max_words: int = MAX_WORDS,
+    strict: bool = True,
 ) -> BenchmarkData:
     """The Order items of a Karpathy-split test file in BLIP's layout.
 
@@ -193,14 +206,17 @@ def read_order(
         group: the items' group, the subset name (``coco-order``, ``flickr-order``).
         seed: the shuffles' seed.
         max_words: captions are cut to this many words.
+        strict: raise at the first bad row (a missing image, an image name outside ``images``,
+            an empty caption); False: skip each, with its reason, in ``skipped``.
 
     Returns:
         one item per caption, ``item_id`` = ``<image>#<caption index>``, in file order;
-        captions that no shuffle can change are in ``skipped``.
+        captions that no shuffle can change are in ``skipped`` (strict or not), and so are the
+        bad rows (not strict): every caption of an entry whose image is missing or refused.
 
     Raises:
-        DataError: a malformed file or entry (names the file and the entry), a missing image
-            (names it).
+        DataError: a malformed file or entry (names the file and the entry); strict: a bad row
+            (names the file, the entry and the image or the caption).
     """
     images = Path(images).resolve()
     entries = load_json(annotations)
@@ -208,7 +224,8 @@ def read_order(
         raise DataError(f"{annotations}: expected a list of images, got {type(entries).__name__}")
     if not entries:
         raise DataError(f"{annotations}: no images")
-    items, skipped = [], []
+    items = []
+    skips = Skips(strict)
     for index, entry in enumerate(entries):
         where = f"{annotations}: entry {index}"
         if not isinstance(entry, dict):
@@ -220,16 +237,20 @@ def read_order(
             raise DataError(
                 f"{where}: 'caption' must be a list of strings (the Karpathy test layout)"
             )
-        path = images / image
-        if not path.is_file():
-            raise DataError(f"{where}: image not found: {path}")
+        problem = image_problem(images, image, where)
         for number, caption in enumerate(captions):
             item_id = f"{image}#{number}"
+            if problem is not None:
+                skips.bad(item_id, *problem)
+                continue
+            if not caption.strip():
+                skips.bad(item_id, EMPTY_CAPTION, f"{where}: caption {number} is empty")
+                continue
             rng = np.random.default_rng(item_seed(seed, item_id))
             texts = order_captions(caption, rng, max_words)
             if len(texts) < 2:
-                reason = f"caption {caption!r}: no shuffle can change its word order"
-                skipped.append(DataIssue(f"{annotations}: {item_id}", reason))
+                detail = f"{where}: caption {caption!r}: no shuffle can change its word order"
+                skips.rule(item_id, NO_SHUFFLE, detail)
                 continue
-            items.append(ContrastItem(item_id, path, None, texts, group))
-    return BenchmarkData(items=tuple(items), skipped=tuple(skipped))
+            items.append(ContrastItem(item_id, images / image, None, texts, group))
+    return BenchmarkData(items=tuple(items), skipped=tuple(skips.items))

@@ -5,8 +5,16 @@ negatives; or a caption, its true image and the negative ones) are encoded once 
 encoding stage of ``xmr eval`` (:class:`~xmr.eval.encode.Encoder`: Ray actors, or a model
 in memory); an item's score for a candidate is the cosine similarity of the two L2-normalised
 embeddings, and the benchmark's rules turn the per-item verdicts (true candidate strictly above
-every negative) into its metrics. An item whose image
-cannot be read is not scored: it is named with its reason, like every item the reader skipped.
+every negative) into its metrics.
+
+Bad rows are decided per item and never lost: every row of the benchmark's files is scored or
+skipped with its reason (:data:`~xmr.benchmarks.SKIP_REASONS`), ``items = scored + skipped``.
+The readers skip, in the driver before any encoder starts, the items whose image is missing or
+named outside the images folder and those with an empty caption; an image whose bytes cannot be
+decoded comes back from the encoding stage as that row's error and its items are skipped too.
+With ``strict`` the first bad row stops the run instead: one :class:`~xmr.data.DataError` line
+naming the file and the item (from the readers before Ray starts, or after encoding for an
+unreadable image).
 
 Each metric comes with a seeded percentile bootstrap interval over the items (``config.bootstrap``
 resamples at ``config.confidence``; none for 0 resamples): the items of one subset are
@@ -19,6 +27,7 @@ true caption, are what ``xmr compare`` pairs for two benchmark runs.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,11 +36,14 @@ import numpy as np
 
 from xmr.benchmarks import (
     ARO_FILES,
+    SKIP_REASONS,
+    UNREADABLE_IMAGE,
     BenchmarkData,
     BenchmarkScore,
     CaptionContrastItem,
     ContrastItem,
     GroupAccuracy,
+    SkippedItem,
     aro_subsets,
     read_aro,
     read_binding,
@@ -41,7 +53,7 @@ from xmr.benchmarks import (
     score_sugarcrepe,
     true_caption_wins,
 )
-from xmr.data import DataIssue
+from xmr.data import DataError
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import Encoder
 from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
@@ -63,10 +75,11 @@ class BenchmarkResult:
         subsets: what was scored (the ARO subsets; ``("sugarcrepe",)``; ``("binding",)``).
         metrics: MLflow metric name -> accuracy in [0, 1] (higher is better).
         groups: per subset, every group's accuracy (relations, attribute pairs, categories).
-        counts: ``items`` read, ``scored``, ``unreadable`` (images that failed to encode) and
-            ``skipped`` (rows the readers could not make into items).
+        counts: ``items`` (every row of the benchmark's files: an item to score or a skipped
+            one), ``scored``, ``skipped`` (``items - scored``) and, of those, ``unreadable``
+            (images the encoding stage could not decode).
         missing: benchmark files that were absent (named to the user).
-        issues: every unscored row or item with its reason.
+        skipped: every row not scored, with its reason and a line naming its file and item.
         timings: seconds for ``read_s``, ``encode_s`` (of which ``encoder_wait_s`` waiting for
             the encoder to start; its model build took ``encoder_setup_s``), ``total_s``.
         device: where the model ran.
@@ -81,7 +94,7 @@ class BenchmarkResult:
     groups: dict[str, dict[str, GroupAccuracy]]
     counts: dict[str, int]
     missing: tuple[str, ...]
-    issues: list[DataIssue]
+    skipped: list[SkippedItem]
     timings: dict[str, float]
     device: str
     intervals: dict[str, Interval] = field(default_factory=dict)
@@ -101,12 +114,18 @@ class BenchmarkResult:
             "eval.confidence": str(config.confidence),
         }
 
+    def skip_counts(self) -> dict[str, int]:
+        """How many rows each reason skipped (:func:`skip_counts`)."""
+        return skip_counts(self.skipped)
+
     def interval_metrics(self) -> dict[str, float]:
         """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
         return interval_metrics(self.intervals)
 
     def to_json(self, config: EvalConfig) -> dict[str, Any]:
-        """What ``--output`` writes: ``{"config", "metrics", "intervals", "groups", ...}``."""
+        """What ``--output`` writes: ``{"config", "metrics", "intervals", "groups", "counts",
+        "missing", "skipped_by_reason", "skipped", "timings"}``; ``skipped`` lists each
+        unscored row as ``{"item", "reason", "detail"}``."""
         return {
             "config": self.params(config),
             "metrics": self.metrics,
@@ -120,26 +139,36 @@ class BenchmarkResult:
             },
             "counts": self.counts,
             "missing": list(self.missing),
-            "skipped": [{"item": i.item, "reason": i.reason} for i in self.issues],
+            "skipped_by_reason": self.skip_counts(),
+            "skipped": [item._asdict() for item in self.skipped],
             "timings": self.timings,
         }
 
 
 def read_benchmark(
-    benchmark: str, data: Path, *, subset: str = "all", images: Path | None = None, seed: int = 0
+    benchmark: str,
+    data: Path,
+    *,
+    subset: str = "all",
+    images: Path | None = None,
+    seed: int = 0,
+    strict: bool = False,
 ) -> dict[str, BenchmarkData]:
     """The items of ``benchmark`` in ``data``, by subset (SugarCrepe: one, ``"sugarcrepe"``;
     the ToyWorld binding test: one, ``"binding"``, read from the world folder ``data``).
 
     ARO with ``subset="all"`` reads the subsets whose file is in ``data`` and names the others
-    as missing (in the first subset's ``missing``); a named subset must be there.
+    as missing (in the first subset's ``missing``); a named subset must be there. Bad rows (a
+    missing image or one named outside the images folder, an empty caption) are in each
+    subset's ``skipped``, or with ``strict`` raise at the first.
 
     Raises:
         ValueError: an unknown benchmark or subset (naming the flag), or no ARO file at all;
-            ``DataError`` for a malformed or missing benchmark file (naming it).
+            ``DataError`` for a malformed or missing benchmark file (naming it), and with
+            ``strict`` for the first bad row (naming its file and item).
     """
     if benchmark == "sugarcrepe":
-        return {"sugarcrepe": read_sugarcrepe(data, images)}
+        return {"sugarcrepe": read_sugarcrepe(data, images, strict=strict)}
     if benchmark == "toyworld-binding":
         return {"binding": read_binding(data)}
     if benchmark != "aro":
@@ -149,12 +178,32 @@ def read_benchmark(
     if not present:
         expected = ", ".join(ARO_FILES[n] for n in names)
         raise ValueError(f"{data}: no ARO file ({expected})")
-    read = {name: read_aro(name, data, seed=seed) for name in present}
+    read = {name: read_aro(name, data, seed=seed, strict=strict) for name in present}
     absent = tuple(ARO_FILES[n] for n in names if n not in read)
     if absent:
         first = present[0]
         read[first] = replace(read[first], missing=read[first].missing + absent)
     return read
+
+
+def skip_counts(skipped: list[SkippedItem]) -> dict[str, int]:
+    """How many of ``skipped`` each reason skipped, in :data:`~xmr.benchmarks.SKIP_REASONS`
+    order (reasons that skipped none are left out)."""
+    counted = Counter(item.reason for item in skipped)
+    return {reason: counted[reason] for reason in SKIP_REASONS if counted[reason]}
+
+
+def skip_summary(skipped: list[SkippedItem]) -> str:
+    """``"<n> (<reason>: <count>, ...)"``, reasons in :data:`~xmr.benchmarks.SKIP_REASONS`
+    order.
+
+    >>> skip_summary([SkippedItem("a/1", "empty caption", "..."),
+    ...               SkippedItem("a/2", "image not found", "..."),
+    ...               SkippedItem("a/3", "empty caption", "...")])
+    '3 (image not found: 1, empty caption: 2)'
+    """
+    reasons = ", ".join(f"{reason}: {n}" for reason, n in skip_counts(skipped).items())
+    return f"{len(skipped)} ({reasons})" if reasons else str(len(skipped))
 
 
 def run_benchmark(
@@ -165,11 +214,19 @@ def run_benchmark(
     images: Path | None = None,
     address: str | None = None,
     model: RetrievalModel | None = None,
+    strict: bool = False,
 ) -> BenchmarkResult:
     """Score ``config.model`` on ``benchmark`` read from ``config.data``.
 
-    Every check that needs no cluster (the model spec, the files) comes before Ray starts.
-    ``address``: the Ray cluster (default: local Ray); ``model``: encode in this process.
+    Every check that needs no cluster (the model spec, the files, each item's image path and
+    captions) comes before Ray starts. ``address``: the Ray cluster (default: local Ray);
+    ``model``: encode in this process. Bad rows are skipped with their reasons (see the module
+    docstring); ``strict``: the first one raises instead.
+
+    Raises:
+        DataError: with ``strict``, the first bad row: one line naming its file and item.
+        ValueError: no ``--data``, an object store for a local benchmark, no item left to score
+            (the skips summed up by reason).
     """
     if config.data is None:
         raise ValueError(f"--benchmark {benchmark} needs --data, the benchmark's folder")
@@ -181,11 +238,17 @@ def run_benchmark(
     if model is None:
         check_spec(config.model)
     start = time.perf_counter()
-    subsets = read_benchmark(benchmark, config.data, subset=subset, images=images, seed=config.seed)
+    subsets = read_benchmark(
+        benchmark, config.data, subset=subset, images=images, seed=config.seed, strict=strict
+    )
     items = [item for read in subsets.values() for item in read.items]
     caption_items = [item for read in subsets.values() for item in read.caption_items]
+    skipped = [skip for read in subsets.values() for skip in read.skipped]
     if not items and not caption_items:
-        raise ValueError(f"{config.data}: no {benchmark} item to score")
+        raise ValueError(
+            f"{config.data}: no {benchmark} item to score"
+            + (f"; skipped {skip_summary(skipped)}, e.g. {skipped[0].detail}" if skipped else "")
+        )
     timings = {"read_s": time.perf_counter() - start}
 
     t0 = time.perf_counter()
@@ -210,19 +273,23 @@ def run_benchmark(
     timings["encode_s"] = time.perf_counter() - t0
     timings.update(encoder.timings)
 
+    # An image the encoding stage could not decode is its row's error, not an exception:
+    # the items that use it are skipped, the rest scored.
     scores = [text_emb[captions] @ image_emb[image] for image, captions in item_rows]
     item_errors = [image_errors[image] for image, _ in item_rows]
     caption_scores = [image_emb[images] @ text_emb[caption] for images, caption in caption_rows]
     caption_errors = [
         "; ".join(image_errors[r] for r in images if image_errors[r]) for images, _ in caption_rows
     ]
-    issues = [issue for read in subsets.values() for issue in read.skipped]
-    issues += [DataIssue(item.item_id, e) for item, e in zip(items, item_errors, strict=True) if e]
-    issues += [
-        DataIssue(item.item_id, e)
-        for item, e in zip(caption_items, caption_errors, strict=True)
-        if e
+    unreadable = [
+        SkippedItem(item.item_id, UNREADABLE_IMAGE, f"item {item.item_id!r}: {error}")
+        for item, error in zip([*items, *caption_items], item_errors + caption_errors, strict=True)
+        if error
     ]
+    if strict and unreadable:
+        raise DataError(unreadable[0].detail)
+    rows = len(items) + len(caption_items) + len(skipped)  # every row: an item or a skip
+    skipped += unreadable
     metrics: dict[str, float] = {}
     groups: dict[str, dict[str, GroupAccuracy]] = {}
     per_query: dict[str, QueryValues] = {}
@@ -259,18 +326,15 @@ def run_benchmark(
         ).items()
     }
     timings["total_s"] = time.perf_counter() - start
-    skipped = sum(len(read.skipped) for read in subsets.values())
-    unreadable = sum(bool(error) for error in item_errors + caption_errors)
-    total = len(items) + len(caption_items)
     return BenchmarkResult(
         benchmark,
         tuple(subsets),
         metrics,
         groups,
-        {"items": total, "scored": total - unreadable, "unreadable": unreadable,
-         "skipped": skipped},
+        {"items": rows, "scored": rows - len(skipped), "unreadable": len(unreadable),
+         "skipped": len(skipped)},
         tuple(m for read in subsets.values() for m in read.missing),
-        issues,
+        skipped,
         timings,
         encoder.device,
         intervals,

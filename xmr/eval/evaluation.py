@@ -66,7 +66,12 @@ def run_evaluation(
     ``config``'s split (Recall@K, ODmAP@K, Bias@K); Ray at ``address``."""
     if scored.benchmark is not None:
         result: EvalResult | BenchmarkResult = run_benchmark(
-            config, scored.benchmark, subset=scored.subset, images=scored.images, address=address
+            config,
+            scored.benchmark,
+            subset=scored.subset,
+            images=scored.images,
+            address=address,
+            strict=scored.strict,
         )
     else:
         result = evaluate(config, address=address)

@@ -115,9 +115,17 @@ class BenchmarkOptions:
     images: Path | None = option(
         None, "SugarCrepe: the COCO val2017 images (default: DATA/val2017)."
     )
+    strict: bool = option(
+        False,
+        "--benchmark: stop at the first bad item (an image missing, unreadable or named "
+        "outside the images folder, an empty caption), naming its file and item, instead of "
+        "skipping it and scoring the rest.",
+    )
 
     def __post_init__(self) -> None:
         check_options(self)
+        if self.strict and self.benchmark is None:
+            raise ValueError("--strict applies to --benchmark (a split's bad images are skipped)")
         if self.benchmark is not None and self.benchmark not in BENCHMARK_NAMES:
             raise ValueError(
                 f"--benchmark must be one of {', '.join(BENCHMARK_NAMES)}, got {self.benchmark!r}"

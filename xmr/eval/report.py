@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from xmr.data.errors import DataError
-from xmr.eval.benchmark import BenchmarkResult
+from xmr.eval.benchmark import BenchmarkResult, skip_summary
 from xmr.eval.config import EvalConfig
 from xmr.eval.per_query import PER_QUERY_FILE, write_per_query
 from xmr.eval.score import EvalResult, RetrievalExample
@@ -224,7 +224,9 @@ def benchmark_table(result: BenchmarkResult) -> Table:
 def print_benchmark(
     result: BenchmarkResult, config: EvalConfig, console: Console | None = None
 ) -> None:
-    """The metrics table, the counts, the missing files and the unscored items."""
+    """The metrics table, the counts, the missing files and the unscored items: ``skipped: N``
+    with the count of each reason, then the first 10 with the line naming their file and
+    item (all of them in ``--output``)."""
     console = console or Console()
     console.print(benchmark_table(result))
     if result.intervals:
@@ -237,10 +239,12 @@ def print_benchmark(
     console.print(f"[dim]{timing_text(result.timings)}, on {result.device}[/dim]")
     if result.missing:
         console.print(f"not found, not scored: {', '.join(result.missing)}")
-    for issue in result.issues[:10]:
-        console.print(f"[yellow]skipped[/yellow] {issue.item}: {issue.reason}")
-    if len(result.issues) > 10:
-        console.print(f"... and {len(result.issues) - 10} more skipped (see --output)")
+    if result.skipped:
+        console.print(f"[yellow]skipped[/yellow]: {escape(skip_summary(result.skipped))}")
+    for item in result.skipped[:10]:
+        console.print(f"  {escape(item.detail)}", soft_wrap=True)
+    if len(result.skipped) > 10:
+        console.print(f"  ... and {len(result.skipped) - 10} more (see --output)")
 
 
 def log_benchmark_to_mlflow(
