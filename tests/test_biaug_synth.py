@@ -257,7 +257,9 @@ def test_vllm_engine_passes_answer_through_the_cache(
     records, _ = read_inputs(config, marked_coco)
     examples = biaug_build.source_examples(records, config)
     executor = RayExecutor(progress=False)
-    groups, errors, _, stats, busy = biaug_build.plan_pass(executor, examples, config, runtime, llm)
+    groups, errors, _, stats, busy, _ = biaug_build.plan_pass(
+        executor, examples, config, runtime, llm
+    )
     assert stats["source_examples"] == len(examples) == 6 and busy["llm_engine"] > 0
     before_decouple = sum(e["stage"] in ("propose", "verify") for e in errors)
     asked = log.read_text().split()

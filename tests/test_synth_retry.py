@@ -128,6 +128,9 @@ def test_a_rerun_retries_transient_errors_and_only_them(
     assert manifest["counts"]["transient_errors"] == 0
     assert manifest["planned"] == manifest["written"] + manifest["errors"]
     assert manifest["written"] > written
+    stats = manifest["statistics"]  # each example counted once, its retry's counts replacing
+    assert stats["source_examples"] == len(examples)
+    assert stats["kept_objects"] <= stats["detected_objects"] <= stats["extracted_objects"]
     assert [e for e in after if e["error_type"] == "AnswerError"] == permanent
     sources = {f"{r['source_image_id']}/{r['source_caption_id']}"
                for r in synthetic_table(out).to_pylist()}  # fmt: skip

@@ -234,13 +234,14 @@ def plan_pass(
     config: SynthConfig,
     runtime: SynthRuntime,
     llm: LLMSpec,
-) -> tuple[list[dict], list[dict], list[dict], dict[str, int], dict[str, float]]:
+) -> tuple[list[dict], list[dict], list[dict], dict[str, int], dict[str, float], dict[str, dict]]:
     """Propose, verify and decouple every source example.
 
-    Returns ``(groups, error rows, reasons, statistics, busy seconds per stage)``.
+    Returns ``(groups, error rows, reasons, statistics, busy seconds per stage, the statistics
+    of each failed example by key)``: a retry of a failed example replaces its counts.
     """
     if not examples:
-        return [], [], [], {}, {}
+        return [], [], [], {}, {}, {}
     busy: Counter = Counter()
     if llm.backend == "vllm":
         batches = _engine_plan(executor, examples, config, runtime, llm, busy)
@@ -248,6 +249,7 @@ def plan_pass(
         batches = _streamed_plan(executor, examples, config, runtime, llm)
     groups, errors, reasons = [], [], []
     stats: Counter = Counter()
+    failed_stats: dict[str, dict] = {}
     lines = log_lines(len(examples), "plan", "examples", runtime)
     for batch in batches:
         add_busy(busy, batch)
@@ -256,19 +258,21 @@ def plan_pass(
         for i in range(len(batch["key"])):
             proposed = json.loads(batch["objects"][i])
             dropped = json.loads(batch["dropped"][i])
+            counts = {
+                "extracted_objects": len(proposed),
+                "detected_objects": len(proposed) - sum(d["rule"] != "confidence" for d in dropped),
+                "kept_objects": len(json.loads(batch["verified"][i])),
+            }
             stats["source_examples"] += 1
-            stats["extracted_objects"] += len(proposed)
-            stats["detected_objects"] += len(proposed) - sum(
-                d["rule"] != "confidence" for d in dropped
-            )
-            stats["kept_objects"] += len(json.loads(batch["verified"][i]))
+            stats.update(counts)
             reasons += _reasons_of(batch, i)
             if batch["error"][i]:
                 errors.append(error_record(batch, i))
+                failed_stats[str(batch["key"][i])] = counts
             else:
                 groups += hard_negative_groups(batch, i, config.seed)
                 errors += refused_groups(batch, i)
-    return groups, errors, reasons, dict(stats), dict(busy)
+    return groups, errors, reasons, dict(stats), dict(busy), failed_stats
 
 
 def _streamed_plan(
@@ -468,18 +472,25 @@ class _Plan:
     reasons: list[dict]
     stats: Counter
     segments: list[list[str]]
+    failed_stats: dict[str, dict]
+    """The statistics of each failed example, by key (what a retry of it replaces)."""
 
     def add_retry(self, retry: PlanRetry) -> None:
-        """Apply a retry of the plan's transient errors: its groups become a new segment; its
-        statistics count the retried examples' objects, not the examples again."""
+        """Apply a retry of the plan's transient errors: its groups become a new segment; the
+        retried examples' reasons and object counts are replaced by the retry's (the examples
+        are not counted again)."""
+        asked = set(retry.retried)
         added = retry.units.to_pylist()
         self.groups += added
         self.segments.append([g["key"] for g in added])
         self.errors = apply_retry(self.errors, retry.retried, retry.errors)
-        self.reasons += retry.reasons
+        self.reasons = [r for r in self.reasons if r["key"] not in asked] + retry.reasons
+        for key in asked:
+            self.stats.subtract(self.failed_stats.pop(key, {}))
         stats = json.loads(retry.metadata.get("statistics", "{}"))
         stats.pop("source_examples", None)
         self.stats.update(stats)
+        self.failed_stats.update(json.loads(retry.metadata.get("failed_statistics", "{}")))
 
     def row_keys(self) -> list[list[str]]:
         """The row keys of each segment (two rows per group)."""
@@ -504,6 +515,7 @@ def _saved_plan(out: StoragePath, fingerprint: str, digest: str) -> _Plan | None
         reasons=read_parquet(_plan_reasons(out)).to_pylist(),
         stats=Counter(json.loads(metadata["statistics"])),
         segments=[[g["key"] for g in groups]],
+        failed_stats=json.loads(metadata.get("failed_statistics", "{}")),
     )
     for retry in saved_retries(out):
         plan.add_retry(retry)
@@ -584,22 +596,30 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
     counts = RetryCounts()
     t = time.perf_counter()
     if plan is None:
-        groups, errors, reasons, stats, busy = plan_pass(cluster(), examples, config, runtime, llm)
+        groups, errors, reasons, stats, busy, failed = plan_pass(
+            cluster(), examples, config, runtime, llm
+        )
         errors = read_errors + errors
         write_table_atomic(error_table(errors), out / PLAN_ERRORS)
         write_table_atomic(_reason_table(reasons), out / PLAN_REASONS)
-        metadata = {"config_hash": fingerprint, "inputs_hash": digest,
-                    "statistics": json.dumps(stats)}  # fmt: skip
+        metadata = {
+            "config_hash": fingerprint,
+            "inputs_hash": digest,
+            "statistics": json.dumps(stats),
+            "failed_statistics": json.dumps(failed),
+        }
         write_table_atomic(pa.Table.from_pylist(groups, schema=GROUP_SCHEMA), out / PLAN, metadata)
-        plan = _Plan(groups, errors, reasons, Counter(stats), [[g["key"] for g in groups]])
+        plan = _Plan(groups, errors, reasons, Counter(stats), [[g["key"] for g in groups]], failed)
     elif again:
         announce_retries(len(again), "source examples")
         asked = set(again)
         todo = [row for row in examples if row["key"] in asked]
-        groups, errors, reasons, stats, busy = plan_pass(cluster(), todo, config, runtime, llm)
+        groups, errors, reasons, stats, busy, failed = plan_pass(
+            cluster(), todo, config, runtime, llm
+        )
         units = pa.Table.from_pylist(groups, schema=GROUP_SCHEMA)
-        save_retry(out, units, error_table(errors), again, _reason_table(reasons),
-                   {"statistics": json.dumps(stats)})  # fmt: skip
+        metadata = {"statistics": json.dumps(stats), "failed_statistics": json.dumps(failed)}
+        save_retry(out, units, error_table(errors), again, _reason_table(reasons), metadata)
         plan.add_retry(saved_retries(out)[-1])
         counts.add(again, [e["key"] for e in errors])
     timings["plan"] = time.perf_counter() - t

@@ -207,6 +207,12 @@ def log_to_mlflow(
         run.log_params({k: "none" if v is None else v for k, v in params.items()})
         metrics = {"planned": m["planned"], "written": m["written"], "errors": m["errors"]}
         metrics.update({f"errors/{k}": v for k, v in m["counts"]["errors_by_stage"].items()})
+        for name, key in (
+            ("transient", "transient_errors"),
+            ("retried", "retried"),
+            ("recovered", "recovered"),
+        ):
+            metrics[f"errors/{name}"] = m["counts"].get(key, 0)
         metrics.update({f"time/{k}": v for k, v in m["timings_s"].items()})
         metrics.update({f"busy/{k}": v for k, v in m["busy_s"].items()})
         if m["rows_per_second"]:
