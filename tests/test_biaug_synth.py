@@ -97,6 +97,7 @@ def _args(
         "--min-box-share", "0.001", "--max-box-share", "1.0", "--max-overlap", "1.0",
         "--fill", "sd", "--sd-model", str(sd), "--sd-steps", "2", "--sd-resolution", "64",
         "--max-error-rate", "1", "--no-progress", "--tracking-uri", uri,
+        "--llm-cache", str(out.parent / f"{out.name}-llm-cache"),  # one cache per build here
     ]  # fmt: skip
 
 
