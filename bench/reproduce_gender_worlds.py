@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from training_runs import final_metrics, run, seeds_flag  # bench/training_runs.py
 
-from xmr.compare import paired_comparison, resolve_run, run_per_query
+from xmr.compare import find_run, paired_comparison, run_per_query
 from xmr.data.toyworld import WorldConfig, load_config
 from xmr.eval.score import class_suffix
 from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
@@ -94,7 +94,7 @@ def main() -> None:
         for seed in args.seeds:
             d_run, fair_run = (f"{prefix}-{tag}-seed{seed}" for tag in ("d", "fair1"))
             paired = paired_comparison(d_run, fair_run, tracking_uri=uri).frame.set_index("metric")
-            queries = run_per_query(resolve_run(d_run, tracking_uri=uri)[0], tracking_uri=uri)
+            queries = run_per_query(find_run(d_run, tracking_uri=uri).run_id, tracking_uri=uri)
             per_seed.append((final_metrics(uri, d_run), final_metrics(uri, fair_run), paired,
                              queries))  # fmt: skip
         for label, gender, p, suffix in _planted(load_config(config_file)):

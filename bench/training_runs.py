@@ -14,7 +14,7 @@ import mlflow
 import numpy as np
 from mlflow.entities import Run
 
-from xmr.compare import paired_comparison, resolve_run, run_per_query
+from xmr.compare import find_run, paired_comparison, run_per_query
 from xmr.eval.per_query import select_metrics
 
 EXPERIMENT = "xmr/train/toyworld"
@@ -157,7 +157,7 @@ def seed_differences(
     for seed, name in treated.items():
         values = []
         for run in (control[seed], name):
-            run_id, _ = resolve_run(run, tracking_uri=tracking_uri)
+            run_id = find_run(run, tracking_uri=tracking_uri).run_id
             (query_set,) = select_metrics(run_per_query(run_id, tracking_uri=tracking_uri),
                                           metrics).values()  # fmt: skip
             if keys is not None and query_set.keys != keys:

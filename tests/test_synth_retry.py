@@ -149,7 +149,14 @@ def test_a_shard_retry_rewrites_only_its_failed_rows(tmp_path) -> None:
     """A committed shard's transient row is retried and the shard rewritten; a stop between
     the rewrite's two files leaves the row written, never lost or counted twice."""
     from xmr.synth.build import ShardAssembler
-    from xmr.synth.output import commit_shard, finished_shards, merge_errors, read_shard
+    from xmr.synth.output import (
+        commit_shard,
+        finished_shards,
+        merge_errors,
+        read_shard,
+        shard_path,
+        write_table_atomic,
+    )
     from xmr.synth.retry import shard_retries
 
     def row(key: str) -> dict:
@@ -183,11 +190,8 @@ def test_a_shard_retry_rewrites_only_its_failed_rows(tmp_path) -> None:
 
     # Stopped after the rewrite's pairs, before its errors: "b" is in both files.
     commit_shard(tmp_path, 0, [row("a")], [error("b", "transient"), error("c", "permanent")])
-    rows = [row("a"), row("b")]
-    pq_table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
-    from xmr.synth.output import shard_path, write_table_atomic
-
-    write_table_atomic(pq_table, shard_path(tmp_path, 0))
+    recovered = pa.Table.from_pylist([row("a"), row("b")], schema=ROW_SCHEMA)
+    write_table_atomic(recovered, shard_path(tmp_path, 0))
     assert finished_shards(tmp_path, shards) == {0, 1}
     assert shard_retries(tmp_path, shards, {0, 1}, retry=True) == {}
     assert merge_errors(tmp_path, [], len(shards))["key"].to_pylist() == ["c"]

@@ -262,15 +262,6 @@ def find_run(reference: str, *, tracking_uri: str) -> FoundRun:
     )
 
 
-def resolve_run(reference: str, *, tracking_uri: str) -> tuple[str, str]:
-    """``(run id, run name)`` of a run given by its id or its name (:func:`find_run`).
-
-    Raises LookupError when no run, or more than one finished run, answers to ``reference``.
-    """
-    found = find_run(reference, tracking_uri=tracking_uri)
-    return found.run_id, found.name
-
-
 def run_per_query(run_id: str, *, tracking_uri: str) -> dict[str, QueryValues]:
     """The per-query values a run logged (its ``per_query.parquet`` artifact;
     :func:`xmr.eval.per_query.logged_per_query`).

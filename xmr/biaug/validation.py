@@ -112,9 +112,10 @@ def _names_object(caption_words: list[str], head: str) -> bool:
 def attribute_words(phrase: str, object_name: str) -> list[str]:
     """The words of ``phrase`` that say the attribute: not the object's, not articles or
     numbers (``"two red cars"``, ``"car"`` -> ``["red"]``)."""
-    skip = set(words(object_name)) | _ARTICLES | _NUMBERS
-    head = words(object_name)[-1] if words(object_name) else ""
-    skip |= {head + "s", head + "es"}
+    names = words(object_name)
+    skip = set(names) | _ARTICLES | _NUMBERS
+    if names:
+        skip |= {names[-1] + "s", names[-1] + "es"}
     return [w for w in words(phrase) if w not in skip]
 
 

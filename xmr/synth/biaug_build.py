@@ -617,10 +617,15 @@ def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -
         groups, errors, reasons, stats, busy, failed = plan_pass(
             cluster(), todo, config, runtime, llm
         )
-        units = pa.Table.from_pylist(groups, schema=GROUP_SCHEMA)
-        metadata = {"statistics": json.dumps(stats), "failed_statistics": json.dumps(failed)}
-        save_retry(out, units, error_table(errors), again, _reason_table(reasons), metadata)
-        plan.add_retry(saved_retries(out)[-1])
+        retry = PlanRetry(
+            units=pa.Table.from_pylist(groups, schema=GROUP_SCHEMA),
+            errors=errors,
+            retried=again,
+            reasons=reasons,
+            metadata={"statistics": json.dumps(stats), "failed_statistics": json.dumps(failed)},
+        )
+        save_retry(out, retry, REASON_SCHEMA)
+        plan.add_retry(retry)
         counts.add(again, [e["key"] for e in errors])
     timings["plan"] = time.perf_counter() - t
     write_table_atomic(_reason_table(plan.reasons), out / REASONS)

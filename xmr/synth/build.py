@@ -62,6 +62,7 @@ from xmr.synth.output import (
     write_json_atomic,
 )
 from xmr.synth.retry import (
+    PlanRetry,
     RetryCounts,
     apply_retry,
     plan_retry_keys,
@@ -512,7 +513,7 @@ def synthesize(config: SynthConfig, runtime: SynthRuntime) -> SynthResult:
         added, failed, busy = plan_pass(
             cluster(), [by_image[k] for k in again], config, runtime, classes
         )
-        save_retry(out, plan_table(added), error_table(failed), again)
+        save_retry(out, PlanRetry(plan_table(added), failed, again))
         rows += added
         segments.append([r.key for r in added])
         errors = apply_retry(errors, again, failed)

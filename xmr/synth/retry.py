@@ -31,6 +31,7 @@ from xmr.data.error_kinds import transient_keys
 from xmr.data.synthetic import read_error_table, read_parquet
 from xmr.storage import StoragePath
 from xmr.synth.output import (
+    error_table,
     shard_errors,
     split_shards,
     write_table_atomic,
@@ -76,11 +77,18 @@ def _retry_path(out: StoragePath, index: int, suffix: str = "") -> StoragePath:
     return out / PLAN_RETRIES / f"{index:05d}{suffix}.parquet"
 
 
+def _retry_count(out: StoragePath) -> int:
+    """How many plan retries ``out`` holds (their plan files, without reading them)."""
+    count = 0
+    while _retry_path(out, count + 1).is_file():
+        count += 1
+    return count
+
+
 def saved_retries(out: StoragePath) -> list[PlanRetry]:
     """The plan retries saved in ``out``, in the order they were made."""
     retries = []
-    index = 1
-    while _retry_path(out, index).is_file():
+    for index in range(1, _retry_count(out) + 1):
         units = read_parquet(_retry_path(out, index))
         metadata = {k.decode(): v.decode() for k, v in (units.schema.metadata or {}).items()}
         reasons_path = _retry_path(out, index, "_reasons")
@@ -93,25 +101,19 @@ def saved_retries(out: StoragePath) -> list[PlanRetry]:
                 metadata=metadata,
             )
         )
-        index += 1
     return retries
 
 
-def save_retry(
-    out: StoragePath,
-    units: pa.Table,
-    errors: pa.Table,
-    retried: Sequence[str],
-    reasons: pa.Table | None = None,
-    metadata: dict[str, str] | None = None,
-) -> None:
-    """Save the next plan retry of ``out``: its errors and reasons first, its units last."""
-    index = len(saved_retries(out)) + 1
-    write_table_atomic(errors, _retry_path(out, index, "_errors"))
-    if reasons is not None:
+def save_retry(out: StoragePath, retry: PlanRetry, reason_schema: pa.Schema | None = None) -> None:
+    """Save ``retry`` as the next plan retry of ``out``: its errors and (with
+    ``reason_schema``) reasons first, its units last."""
+    index = _retry_count(out) + 1
+    write_table_atomic(error_table(retry.errors), _retry_path(out, index, "_errors"))
+    if reason_schema is not None:
+        reasons = pa.Table.from_pylist(retry.reasons, schema=reason_schema)
         write_table_atomic(reasons, _retry_path(out, index, "_reasons"))
-    metadata = {**(metadata or {}), "retried": json.dumps(list(retried))}
-    write_table_atomic(units, _retry_path(out, index), metadata)
+    metadata = {**retry.metadata, "retried": json.dumps(list(retry.retried))}
+    write_table_atomic(retry.units, _retry_path(out, index), metadata)
 
 
 def apply_retry(errors: Sequence[dict], retried: Sequence[str], new: Sequence[dict]) -> list[dict]:
