@@ -6,11 +6,9 @@ Two implementations behind one interface (:func:`create_detector`): ``hf`` (tran
 
 from xmr.detection.backends import (
     DETECTOR_BACKENDS,
-    GROUNDINGDINO_PY_INSTALL,
     check_detector,
     create_detector,
     groundingdino_py_files,
-    require_groundingdino_py,
 )
 from xmr.detection.grounding_dino import (
     DEFAULT_DETECTOR,
@@ -21,6 +19,7 @@ from xmr.detection.grounding_dino import (
     grounding_prompt,
     match_class,
 )
+from xmr.detection.groundingdino_install import GROUNDINGDINO_PY_INSTALL, require_groundingdino_py
 
 __all__ = [
     "DEFAULT_DETECTOR",

@@ -4,8 +4,8 @@ Users with ``groundingdino_swint_ogc.pth`` and its config ``GroundingDINO_SwinT_
 with them here; :class:`GroundingDinoPyDetector` returns the same records as the transformers
 backend (:class:`~xmr.detection.grounding_dino.GroundingDinoDetector`, whose prompts, class
 chunks, thresholds and phrase -> class mapping it reuses). Install: see
-:data:`~xmr.detection.backends.GROUNDINGDINO_PY_INSTALL`; ``groundingdino`` is imported only when
-a model is built, so xmr imports without it.
+:data:`~xmr.detection.groundingdino_install.GROUNDINGDINO_PY_INSTALL`; ``groundingdino`` is
+imported only when a model is built, so xmr imports without it.
 
 Three things differ from the package's own ``load_model``:
 
@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from PIL import Image
 
-from xmr.detection.backends import GROUNDINGDINO_PY_INSTALL
 from xmr.detection.grounding_dino import (
     Detection,
     GroundingDinoDetector,
@@ -43,6 +42,7 @@ from xmr.detection.grounding_dino import (
     chunk_classes,
     grounding_prompt,
 )
+from xmr.detection.groundingdino_install import GROUNDINGDINO_PY_INSTALL
 
 if TYPE_CHECKING:
     from transformers import BertModel
