@@ -231,6 +231,7 @@ def _stand_in_vllm(asked: Path):
     return build
 
 
+@pytest.mark.slow
 def test_vllm_engine_passes_answer_through_the_cache(
     local_ray, marked_coco, models, tmp_path, monkeypatch
 ) -> None:
@@ -282,6 +283,7 @@ def oracle_world(tmp_path_factory) -> Path:
     return generate(tmp_path_factory.mktemp("oracle-world") / "w", config, seed=5)
 
 
+@pytest.mark.slow
 def test_biaug_with_perfect_components_edits_only_the_boxes(
     local_ray, oracle_world, tmp_path
 ) -> None:

@@ -144,6 +144,7 @@ def two_workers(tmp_path_factory) -> list[dict[str, dict[str, torch.Tensor]]]:
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(len(SPLIT))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_workers_equal_one_worker_on_the_concatenated_batch(two_workers, case: str) -> None:
     objective, batch = _objective(case)

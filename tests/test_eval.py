@@ -137,6 +137,7 @@ def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tin
         evaluate(replace(config, bias_classes=("unicorn",)), model=model)
 
 
+@pytest.mark.slow
 def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
     tiny_world, tmp_path, local_ray
 ) -> None:
@@ -152,6 +153,7 @@ def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
     assert loaded["config"]["model.checkpoint"] == str(checkpoint)
 
 
+@pytest.mark.slow
 def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     tiny_world, tmp_path, local_ray
 ) -> None:
@@ -209,6 +211,7 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     assert result.exit_code == 2 and "3 runs are named 'seed1'" in result.output, result.output
 
 
+@pytest.mark.slow
 def test_bad_images_are_skipped_and_named(tiny_world, tmp_path, local_ray) -> None:
     world = tmp_path / "w"
     shutil.copytree(tiny_world, world)
@@ -227,6 +230,7 @@ def test_bad_images_are_skipped_and_named(tiny_world, tmp_path, local_ray) -> No
     assert "skipped" in output
 
 
+@pytest.mark.slow
 def test_eval_on_real_coco_images_inpaints_odmap_queries(coco_mini, tmp_path, local_ray) -> None:
     report, _ = _eval(
         ["--dataset", "coco", "--data", str(coco_mini), "--split", "train", *MODEL_ARGS], tmp_path
@@ -243,6 +247,7 @@ def test_unknown_arch_fails_before_starting_work(tmp_path) -> None:
     assert "unknown clip arch 'xmr-huge'" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--bias-split", "--mi-split"])
 def test_a_split_flag_the_world_lacks_is_refused_before_ray(tiny_world, flag) -> None:
     # The cluster address leads nowhere: a refusal that came after Ray's start would be

@@ -203,6 +203,7 @@ def test_sd_inpaints_inside_the_mask_only(inpainter, sd_inputs) -> None:
     assert inpainter.inpaint([], [], [], []) == []
 
 
+@pytest.mark.slow
 def test_sd_is_deterministic_per_seed(inpainter, sd_inputs) -> None:
     images, masks = sd_inputs
     first = inpainter.inpaint(images, masks, [1, 2], ["dog", "cat"])
@@ -213,6 +214,7 @@ def test_sd_is_deterministic_per_seed(inpainter, sd_inputs) -> None:
     assert (other[masks[0]] != first[0][masks[0]]).any()
 
 
+@pytest.mark.slow
 def test_sd_rows_do_not_depend_on_their_batch(inpainter, sd_inputs) -> None:
     images, masks = sd_inputs
     batch = inpainter.inpaint(images, masks, [1, 2], ["dog", "cat"])

@@ -330,6 +330,7 @@ def test_the_gender_job_sweeps_alpha_then_m_on_the_plain_model_and_draws_both_fr
     assert "fair-alpha: recall–bias trade-off" in console.export_text()
 
 
+@pytest.mark.slow
 def test_a_job_folder_in_an_object_store_resumes_from_there(s3_bucket: str, tmp_path: Path):
     """``--storage s3://…``: the job's records, its steps' outputs and a generated world live in
     the bucket; a resubmission reads them back from there and skips every step."""

@@ -167,6 +167,7 @@ def test_the_biaug_job_builds_dprime_trains_step_matched_runs_scores_them_and_re
     assert len(_children(uri, "xmr/jobs/biaug", result.run_id)) == runs
 
 
+@pytest.mark.slow
 def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
     from xmr.jobs.biaug import BiAugJobOptions, biaug_job
     from xmr.jobs.steps import print_plan

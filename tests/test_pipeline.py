@@ -68,6 +68,7 @@ class Marked(Stage):
         return {"row": batch["row"], "x": batch["x"], "pid": np.full(len(batch["x"]), os.getpid())}
 
 
+@pytest.mark.slow
 def test_a_stage_pool_is_set_up_before_its_rows_come_and_grows(local_ray, tmp_path) -> None:
     pool = StagePool(Marked(batch_size=5, marks=str(tmp_path)), actors=1)
     try:
@@ -89,6 +90,7 @@ def test_a_stage_pool_is_set_up_before_its_rows_come_and_grows(local_ray, tmp_pa
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_stage_pool_whose_setup_fails_says_why(local_ray) -> None:
     pool = StagePool(Marked(batch_size=5, fail="no weights at /models/x.pt"), actors=1)
     try:

@@ -85,6 +85,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_a_job_stopped_mid_step_exits_143_with_its_runs_killed(tmp_path: Path) -> None:
     script = tmp_path / "wait_job.py"
     script.write_text(JOB_SCRIPT)

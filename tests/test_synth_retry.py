@@ -70,6 +70,7 @@ def _args(server: ChatServer, world: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_rerun_retries_transient_errors_and_only_them(
     local_ray, world, tmp_path, monkeypatch
 ) -> None:
@@ -289,6 +290,7 @@ def test_attribute_rows_break_the_rules_the_method_sets() -> None:
     assert normalise_name("Traffic  Lights") == "traffic light"
 
 
+@pytest.mark.slow
 def test_an_image_that_failed_transiently_while_planning_is_planned_again(
     small_toyworld, local_ray, tmp_path
 ) -> None:

@@ -280,6 +280,7 @@ def test_the_hard_negatives_flag(tiny_world, biaug_dprime, tmp_path) -> None:
         train(config, tracking_uri=f"sqlite:///{tmp_path / 'never.db'}")  # before Ray starts
 
 
+@pytest.mark.slow
 def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
     tiny_world, biaug_dprime, tmp_path
 ) -> None:

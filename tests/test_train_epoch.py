@@ -51,6 +51,7 @@ def test_the_epoch_module_imports_no_ray() -> None:
     assert found.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_the_epoch_function_learns_without_ray(table) -> None:
     model, objective, optimizer, scheduler, scaler = _setup(table)
     batches = _batches(table, model, size=32, count=4)

@@ -99,6 +99,7 @@ def test_a_batch_goes_through_columns_unchanged(family: str, arch: str) -> None:
         assert torch.equal(back.labels()[name], value)
 
 
+@pytest.mark.slow
 def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
     local_ray, small_toyworld, pairs, tmp_path
 ) -> None:
@@ -132,6 +133,7 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
     assert ROW_COLUMN in pairs.column_names
 
 
+@pytest.mark.slow
 def test_one_or_four_loaders_give_the_same_batches_in_the_same_order(
     local_ray, small_toyworld, pairs, tmp_path
 ) -> None:
@@ -165,6 +167,7 @@ def test_the_number_of_loaders_is_what_the_nodes_spare_beside_the_workers() -> N
     assert TrialFootprint.of({"loaders": 3}, cpus=2, gpus=0).loaders == 3
 
 
+@pytest.mark.slow
 def test_the_slot_stage_keeps_biaug_pairs_in_one_micro_batch(
     local_ray, small_toyworld, tmp_path
 ) -> None:
