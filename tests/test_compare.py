@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from xmr.cli import app
-from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
+from xmr.compare.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.tracking import PARENT_TAG
 
 runner = CliRunner(env={"COLUMNS": "200"})  # rich tables unwrapped

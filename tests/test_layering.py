@@ -31,6 +31,7 @@ LAYERS = (
     "text",
     "metrics",
     "benchmarks",  # ARO / SugarCrepe readers and scoring rules (plain numpy, no models)
+    "compare",  # paired statistics, verdicts, runs from tracking, tables: eval, tune, jobs use it
     "retrieval",
     "debias",
     "detection",
@@ -42,7 +43,6 @@ LAYERS = (
     "eval",
     "train",
     "tune",
-    "compare",
     "jobs",  # the papers' experiments as resumable step sequences (ray_jobs/ submits them)
     "demo",
     "cluster",  # xmr/cluster.py: `xmr cluster up/down` (ray start, mlflow server as subprocesses)
