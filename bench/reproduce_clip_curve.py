@@ -25,7 +25,9 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from xmr.compare import paired_comparison, sweep_runs
+from xmr.compare.paired import paired_comparison
+from xmr.compare.runs import sweep_runs
+from xmr.compare.verdict import change_text
 from xmr.tune.space import resolve_space_path
 
 BENCH = Path(__file__).resolve().parent
@@ -87,9 +89,8 @@ def changes_from_unclipped(frame: pd.DataFrame, tracking_uri: str | None) -> pd.
         change = paired_comparison(
             base["run_id"].iloc[0], row.run_id, ["test/bias_at_10"], tracking_uri=tracking_uri
         ).frame.iloc[0]
-        mark = "*" if change["significant"] else ""
         cells.append(
-            f"{change['difference']:+.3f} [{change['ci_low']:+.3f}, {change['ci_high']:+.3f}]{mark}"
+            change_text(change["difference"], change["ci_low"], change["ci_high"], mark=True)
         )
     return pd.Series(cells, index=frame.index)
 

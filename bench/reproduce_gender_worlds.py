@@ -23,7 +23,10 @@ from pathlib import Path
 import yaml
 from training_runs import final_metrics, run, seeds_flag  # bench/training_runs.py
 
-from xmr.compare import find_run, paired_comparison, run_per_query
+from xmr.compare.paired import paired_comparison
+from xmr.compare.per_query import logged_per_query
+from xmr.compare.runs import find_run
+from xmr.compare.verdict import change_text
 from xmr.data.toyworld import WorldConfig, load_config
 from xmr.eval.score import class_suffix
 from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
@@ -94,7 +97,7 @@ def main() -> None:
         for seed in args.seeds:
             d_run, fair_run = (f"{prefix}-{tag}-seed{seed}" for tag in ("d", "fair1"))
             paired = paired_comparison(d_run, fair_run, tracking_uri=uri).frame.set_index("metric")
-            queries = run_per_query(find_run(d_run, tracking_uri=uri).run_id, tracking_uri=uri)
+            queries = logged_per_query(find_run(d_run, tracking_uri=uri).run_id, tracking_uri=uri)
             per_seed.append((final_metrics(uri, d_run), final_metrics(uri, fair_run), paired,
                              queries))  # fmt: skip
         for label, gender, p, suffix in _planted(load_config(config_file)):
@@ -149,8 +152,7 @@ def _cell(metrics: dict[str, float], name: str) -> str:
 
 def _change(change) -> str:
     """A paired difference with its interval, ``*`` when the interval excludes 0."""
-    mark = "*" if change["significant"] else ""
-    return f"{change['difference']:+.3f} [{change['ci_low']:+.3f}, {change['ci_high']:+.3f}]{mark}"
+    return change_text(change["difference"], change["ci_low"], change["ci_high"], mark=True)
 
 
 def _verdict(gender: str, metric: str, per_seed: list) -> str:

@@ -19,7 +19,7 @@ first world's D (α = 0 is the D run).
 The report, per world: each seed's paired change of D ∪ D′ over each D run on ODmAP@1/5/10
 (95 % bootstrap interval over the test queries, which says nothing of training variance), and
 over the seeds the mean change with a two-stage bootstrap interval over seeds *and* queries
-(:func:`xmr.metrics.bootstrap.seeds_and_queries_interval`), the one that carries training's
+(:func:`xmr.compare.bootstrap.seeds_and_queries_interval`), the one that carries training's
 variance; then one line per world for the README.
 
     python bench/reproduce_toyworld.py --workdir xmr-repro                 # 3 worlds × 3 seeds
@@ -52,8 +52,10 @@ from training_runs import (  # bench/training_runs.py
     total_steps,
 )
 
-from xmr.compare import paired_comparison, sweep_runs
-from xmr.metrics.bootstrap import seeds_and_queries_interval
+from xmr.compare.bootstrap import seeds_and_queries_interval
+from xmr.compare.paired import paired_comparison
+from xmr.compare.runs import sweep_runs
+from xmr.compare.verdict import change_text
 
 BENCH = Path(__file__).resolve().parent
 WORLDS = {"default": None, "pets": BENCH / "worlds" / "pets.yaml",
@@ -229,9 +231,8 @@ class Reproduction:
             differences = seed_differences(self.uri, names[treated], names[control], ODMAP)
             for metric in ODMAP:
                 interval = seeds_and_queries_interval(differences[metric])
-                mark = "*" if interval.excludes(0.0) else ""
-                parts.append(f"{short_name(metric)} {interval.value:+.3f} "
-                             f"[{interval.low:+.3f}, {interval.high:+.3f}]{mark}")  # fmt: skip
+                text = change_text(interval.value, interval.low, interval.high, mark=True)
+                parts.append(f"{short_name(metric)} {text}")
                 if metric == ODMAP[0]:
                     cells[label] = parts[-1].split(" ", 1)[1]
             print(f"- {label} (seeds {seeds_flag(list(names[treated]))}): " + ", ".join(parts))
@@ -256,8 +257,8 @@ class Reproduction:
             frame = paired_comparison(by_ratio[lowest], by_ratio[ratio], metrics,
                                       tracking_uri=self.uri).frame  # fmt: skip
             cells = ", ".join(
-                f"{short_name(row.metric)} {row.difference:+.3f} "
-                f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]{'*' if row.significant else ''}"
+                f"{short_name(row.metric)} "
+                f"{change_text(row.difference, row.ci_low, row.ci_high, mark=True)}"
                 for row in frame.itertuples()
             )
             print(f"- ratio {ratio:g}: {cells}")

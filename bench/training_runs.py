@@ -14,8 +14,10 @@ import mlflow
 import numpy as np
 from mlflow.entities import Run
 
-from xmr.compare import find_run, paired_comparison, run_per_query
-from xmr.eval.per_query import select_metrics
+from xmr.compare.paired import paired_comparison
+from xmr.compare.per_query import logged_per_query, select_metrics
+from xmr.compare.runs import find_run
+from xmr.compare.verdict import change_text
 
 EXPERIMENT = "xmr/train/toyworld"
 
@@ -129,8 +131,8 @@ def paired_gains(
         for condition, control in controls.items():
             frame = paired_comparison(control[seed], name, metrics, tracking_uri=tracking_uri).frame
             cells = ", ".join(
-                f"{short_name(row.metric)} {row.difference:+.3f} "
-                f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]{'*' if row.significant else ''}"
+                f"{short_name(row.metric)} "
+                f"{change_text(row.difference, row.ci_low, row.ci_high, mark=True)}"
                 for row in frame.itertuples()
             )
             lines.append(f"seed {seed}: {label} − {condition}: {cells}")
@@ -146,7 +148,7 @@ def seed_differences(
 ) -> dict[str, np.ndarray]:
     """Per metric of ``metrics`` (of one query set), ``[S, Q]``: per seed (in ``treated``'s
     order), the treated run's per-query values minus the same seed's control run's, on the
-    queries both scored (what :func:`xmr.metrics.bootstrap.seeds_and_queries_interval`
+    queries both scored (what :func:`xmr.compare.bootstrap.seeds_and_queries_interval`
     resamples). Each run's values are read once.
 
     Raises:
@@ -158,7 +160,7 @@ def seed_differences(
         values = []
         for run in (control[seed], name):
             run_id = find_run(run, tracking_uri=tracking_uri).run_id
-            (query_set,) = select_metrics(run_per_query(run_id, tracking_uri=tracking_uri),
+            (query_set,) = select_metrics(logged_per_query(run_id, tracking_uri=tracking_uri),
                                           metrics).values()  # fmt: skip
             if keys is not None and query_set.keys != keys:
                 raise ValueError(f"{run} scored other queries than the first seed's runs")

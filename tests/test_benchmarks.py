@@ -748,7 +748,7 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
 
     # `xmr compare A B` reads the logged decisions back, groups and all, and pairs them (here
     # a run with a second log of itself: every difference 0).
-    from xmr.compare import paired_comparison
+    from xmr.compare.paired import paired_comparison
 
     report.log_benchmark_to_mlflow(result, config, tracking_uri=uri, run_name="b")
     frame = paired_comparison("a", "b", tracking_uri=uri).frame.set_index("metric")

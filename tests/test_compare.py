@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from xmr.cli import app
-from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
+from xmr.compare.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.tracking import PARENT_TAG
 
 runner = CliRunner(env={"COLUMNS": "200"})  # rich tables unwrapped
@@ -197,3 +197,39 @@ def test_a_sweep_with_a_failed_trial_names_it_and_shows_it_when_allowed(store) -
         allowed.stdout
     ) and "1 of 2 runs not FINISHED (FAILED)" in _flat(allowed.stdout)
     assert allowed.stderr == ""
+
+
+def test_comparing_loads_no_ray(store, tmp_path: Path) -> None:
+    """``xmr compare`` (two runs, an experiment) and a Pareto front's ties (what the gender
+    job's ``pareto`` step asks) read the tracking store and resample numbers: Ray stays out of
+    the process."""
+    import subprocess
+    import sys
+
+    uri, client = store
+    experiment = client.create_experiment("xmr/eval/toyworld")
+    runs = [
+        _run(client, experiment, name, status="FINISHED", recall=recall, folder=tmp_path)
+        for name, recall in (("a", 0.5), ("b", 0.55))
+    ]
+    code = f"""
+import sys
+import pandas as pd
+from typer.testing import CliRunner
+from xmr.cli import app
+from xmr.jobs.gender import gender_report
+from xmr.tune.pareto import pareto_ties
+from xmr.tune.space import Objective
+
+for args in (["a", "b"], ["--experiment", "xmr/eval/toyworld"]):
+    shown = CliRunner().invoke(app, ["compare", *args, "--tracking-uri", {uri!r}])
+    assert shown.exit_code == 0, shown.output
+frame = pd.DataFrame({{"mlflow_run_id": {runs!r}, "test/recall_t2i_at_10": [0.5, 0.55],
+                      "test/bias_at_10": [0.1, -0.2]}})
+x, y = Objective("test/recall_t2i_at_10", "max"), Objective("test/bias_at_10", "min", abs=True)
+assert pareto_ties(frame, x, y, tracking_uri={uri!r}) == []  # no per-query bias: unmarked
+print(sorted(name for name in sys.modules if name.split(".")[0] == "ray"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -16,7 +16,8 @@ import yaml
 from typer.testing import CliRunner
 
 from xmr.cli import app
-from xmr.compare import paired_comparison, run_per_query
+from xmr.compare.paired import paired_comparison
+from xmr.compare.per_query import logged_per_query
 from xmr.data import read_dataset
 from xmr.eval.config import eval_config
 from xmr.eval.score import evaluate
@@ -187,7 +188,7 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     only = paired_comparison("seed0", "seed1", ["test/bias_at_10"], tracking_uri=uri)
     assert list(only.frame["metric"]) == ["test/bias_at_10"]
     # a query is named with its text, so another world with the same image ids is told apart
-    sets = run_per_query(runs["seed0"].info.run_id, tracking_uri=uri)
+    sets = logged_per_query(runs["seed0"].info.run_id, tracking_uri=uri)
     records = read_dataset("toyworld", tiny_world, "test")
     assert sets["i2t"].keys[0] == f"{records[0].image_id}:{records[0].caption_texts[0]}"
     assert sets["t2i"].keys[1] == f"{records[0].image_id}#1:{records[0].caption_texts[1]}"

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
+from xmr.compare.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.jobs import Job, Step, StepContext, StepOutcome, run_job
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.steps import print_plan

@@ -31,6 +31,7 @@ LAYERS = (
     "text",
     "metrics",
     "benchmarks",  # ARO / SugarCrepe readers and scoring rules (plain numpy, no models)
+    "compare",  # paired statistics, verdicts, runs from tracking, tables: eval, tune, jobs use it
     "retrieval",
     "debias",
     "detection",
@@ -42,7 +43,6 @@ LAYERS = (
     "eval",
     "train",
     "tune",
-    "compare",
     "jobs",  # the papers' experiments as resumable step sequences (ray_jobs/ submits them)
     "demo",
     "cluster",  # xmr/cluster.py: `xmr cluster up/down` (ray start, mlflow server as subprocesses)
@@ -121,6 +121,25 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
                 target = node.module or ""
             found.append((node.lineno, target))
     return [(line, name) for line, name in found if name == "xmr" or name.startswith("xmr.")]
+
+
+def test_comparing_imports_no_ray_wiring_even_at_call_time() -> None:
+    """Paired statistics, ties and verdicts live in ``xmr.compare``; the modules that compare
+    (and the Pareto fronts and the job step that ask for ties) import neither Ray nor a wiring
+    module, not even inside a function (as ``jobs/gender.py`` once imported ``tune.sweep``)."""
+    comparing = [*sorted((PACKAGE / "compare").glob("*.py")), PACKAGE / "tune" / "pareto.py"]
+    comparing += [PACKAGE / "jobs" / "comparison.py", PACKAGE / "jobs" / "gender.py"]
+    wrong = []
+    for path in comparing:
+        parts = path.relative_to(REPO).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text(), str(path))
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        wrong += [f"{module} imports {n}" for n in names if n == "ray" or n.startswith("ray.")]
+        wrong += [f"{module}:{line} imports {t}" for line, t in _imports(path, module)
+                  if t in RAY_WIRING]  # fmt: skip
+    assert not wrong, "\n".join(wrong)
 
 
 def test_every_package_is_in_the_dependency_order() -> None:

@@ -75,7 +75,7 @@ def test_reading_a_direction_loads_no_torch() -> None:
     import sys
 
     code = (
-        "import sys, xmr.metrics.direction, xmr.compare, xmr.tune.space\n"
+        "import sys, xmr.metrics.direction, xmr.compare.table, xmr.tune.space\n"
         "from xmr.metrics import metric_direction\n"
         "assert metric_direction('test/bias_at_10').signed\n"
         "print('torch' in sys.modules)\n"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from xmr.compare.bootstrap import mean_intervals
 from xmr.data.toyworld import load_config
 from xmr.metrics import (
     TRAINED_DELTA_SD,
     delta_sd,
     detectable_effect,
-    mean_intervals,
     queries_for_power,
 )
 

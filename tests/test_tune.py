@@ -27,7 +27,7 @@ from ray_cluster import running_mlflow_server
 from typer.testing import CliRunner
 
 from xmr.cli import app
-from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
+from xmr.compare.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.tracking import start_run
 from xmr.tune import SpaceError, load_space, shipped_spaces
 from xmr.tune.pareto import front_line, front_marks, front_neighbours, pareto_front, plot_pareto
@@ -207,7 +207,7 @@ def test_pareto_ties_pair_the_trials_runs_query_by_query(tmp_path: Path) -> None
     """Four trials on the front of recall against |bias|: two that differ on a handful of
     queries and by noise in bias (not distinguishable), one that differs on every query, one
     without per-query values (unmarked); the plot draws the tie."""
-    from xmr.tune.sweep import pareto_ties
+    from xmr.tune.pareto import pareto_ties
 
     rng = np.random.default_rng(0)
     hits = (rng.random(500) < 0.5).astype(np.float64)

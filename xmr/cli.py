@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES, SEED
 from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
 from xmr.logs import prepare_console
 from xmr.options import (
@@ -164,7 +165,8 @@ def tune_command(options: TuneOptions, cluster: ClusterOptions) -> None:
     """
     from rich.console import Console
 
-    from xmr.compare import comparison_frame, comparison_table, sweep_runs
+    from xmr.compare.runs import sweep_runs
+    from xmr.compare.table import comparison_frame, comparison_table
     from xmr.progress import summary_line
     from xmr.tune.sweep import run_sweep
 
@@ -229,9 +231,9 @@ class CompareOptions:
         False, "Compare runs that are not FINISHED (RUNNING, FAILED, KILLED), marked as such; "
         "without it two such runs are refused and a sweep's or experiment's are left out.",
     )  # fmt: skip
-    bootstrap: int = option(1000, "Two runs: bootstrap resamples of the paired queries.", ge=1)
-    confidence: float = option(0.95, "Two runs: coverage of the intervals.", gt=0, lt=1)
-    seed: int = option(0, "Two runs: the bootstrap's seed.", ge=0)
+    bootstrap: int = option(RESAMPLES, "Two runs: bootstrap resamples of the paired queries.", ge=1)
+    confidence: float = option(CONFIDENCE, "Two runs: coverage of the intervals.", gt=0, lt=1)
+    seed: int = option(SEED, "Two runs: the bootstrap's seed.", ge=0)
     tracking_uri: str | None = tracking_uri_option()
 
     def __post_init__(self) -> None:
@@ -256,18 +258,20 @@ def compare_command(options: CompareOptions) -> None:
 
     from rich.console import Console
 
-    from xmr.compare import (
-        comparison_frame,
-        comparison_json,
-        comparison_table,
+    from xmr.compare.paired import paired_comparison
+    from xmr.compare.runs import (
         describe_runs,
         experiment_runs,
         find_run,
-        paired_comparison,
-        paired_json,
-        paired_table,
         sweep_runs,
         unfinished_runs,
+    )
+    from xmr.compare.table import (
+        comparison_frame,
+        comparison_json,
+        comparison_table,
+        paired_json,
+        paired_table,
     )
     from xmr.tracking import resolve_tracking_uri
 

@@ -17,7 +17,7 @@ macro accuracy weighs each group kept by 1 (:func:`macro_weights`), a pooled (mi
 item count (:func:`pooled_weights`), a group's own accuracy is the group alone. The weights are
 the metric's one definition: its value, its per-item values
 (:meth:`BenchmarkScore.item_values`, whose mean it is) and so its bootstrap interval, resampled
-within each group (:func:`~xmr.metrics.bootstrap.bootstrap_stratified_means`), all follow from
+within each group (:func:`~xmr.compare.bootstrap.bootstrap_stratified_means`), all follow from
 them.
 """
 
@@ -33,7 +33,7 @@ from PIL import Image
 
 from xmr.data.errors import DataError
 from xmr.data.images import load_image
-from xmr.metrics.bootstrap import group_weighted_values
+from xmr.metrics.grouped import group_weighted_values
 
 Box = tuple[float, float, float, float]
 """``(x, y, w, h)`` in pixels: left, top, width, height."""
@@ -247,7 +247,7 @@ class BenchmarkScore:
     ) -> dict[str, np.ndarray]:
         """Each metric's per-item values: float64 ``(N,)`` whose mean is the metric (up to
         rounding) and whose stratified bootstrap by ``item.group`` resamples it
-        (:func:`~xmr.metrics.bootstrap.group_weighted_values`); an item of group ``g`` holds
+        (:func:`~xmr.metrics.grouped.group_weighted_values`); an item of group ``g`` holds
         its correctness times ``w_g · N / (n_g · Σ w)``, 0 in a group the metric leaves out.
         Metrics without :attr:`weights`, and those that are NaN (no group kept), have none.
 

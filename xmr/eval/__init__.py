@@ -5,7 +5,8 @@
 - :mod:`~xmr.eval.encoders`, :mod:`~xmr.eval.encode`: encode a split once (on Ray or in memory);
 - :mod:`~xmr.eval.clip`: CLIP-clip, the embedding dimensions dropped before scoring;
 - :mod:`~xmr.eval.score`: Recall@K, ODmAP@K and Bias@K of an encoded split; ``evaluate``;
-- :mod:`~xmr.eval.per_query`: the per-query values behind them, intervals, paired differences;
+- :mod:`~xmr.eval.intervals`: each metric's bootstrap interval over its queries (the per-query
+  values behind the metrics, and their pairing, are :mod:`xmr.compare`'s);
 - :mod:`~xmr.eval.product_retrieval`: EI-CLIP's product-retrieval protocols and SumR;
 - :mod:`~xmr.eval.report`, :mod:`~xmr.eval.options`: the table, JSON, MLflow run; the flags.
 

@@ -53,12 +53,13 @@ from xmr.benchmarks import (
     score_sugarcrepe,
     true_caption_wins,
 )
+from xmr.compare.bootstrap import Interval
+from xmr.compare.per_query import QueryValues
 from xmr.data import DataError
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import Encoder
-from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
+from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery
-from xmr.metrics import Interval
 from xmr.models import RetrievalModel, check_spec
 from xmr.storage import is_uri
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES
 from xmr.debias import MI_ESTIMATORS
 from xmr.eval.options import EvalOptions
 from xmr.metrics.ranking import check_ks
@@ -35,8 +36,8 @@ class EvalConfig:
     actors: int | None = None  # None: per GPU, else per CPU core (max 4); 2+ batches each
     device: str = "auto"  # auto | cpu | cuda
     seed: int = 0
-    bootstrap: int = 1000  # resamples of the queries for each metric's interval (0: none)
-    confidence: float = 0.95  # the intervals' coverage
+    bootstrap: int = RESAMPLES  # resamples of the queries for each metric's interval (0: none)
+    confidence: float = CONFIDENCE  # the intervals' coverage
     alpha1: float = 0.4
     alpha2: float = 0.8
     alpha3: float = 0.7
@@ -75,8 +76,8 @@ class EvalConfig:
         (``mi_split`` and ``mi_samples`` are kept: they choose which images are encoded)."""
         return replace(
             self,
-            bootstrap=1000,
-            confidence=0.95,
+            bootstrap=RESAMPLES,
+            confidence=CONFIDENCE,
             clip_m=0,
             mi_estimator="histogram",
             mi_bins=64,

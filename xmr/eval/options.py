@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES
 from xmr.data.registry import DATASETS
 from xmr.options import check_options, option, resolve_paths, run_name_option
 from xmr.storage import StoragePath
@@ -59,9 +60,9 @@ class EvalOptions:
     device: str = option("auto", "auto | cpu | cuda")
     seed: int = option(0, "Seed for random init, example sampling and the bootstrap.", ge=0)
     bootstrap: int = option(
-        1000, "Bootstrap resamples of the queries for each metric's interval (0: none).", ge=0
+        RESAMPLES, "Bootstrap resamples of the queries for each metric's interval (0: none).", ge=0
     )
-    confidence: float = option(0.95, "Coverage of the bootstrap intervals.", gt=0, lt=1)
+    confidence: float = option(CONFIDENCE, "Coverage of the bootstrap intervals.", gt=0, lt=1)
     clip_m: int = option(0, "CLIP-clip: drop the m dims with the most gender information.", ge=0)
     mi_estimator: str = option(
         "histogram", "histogram (the reference code's) | ksg (Gao et al. 2017)"

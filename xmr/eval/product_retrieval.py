@@ -53,11 +53,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES, Interval
+from xmr.compare.per_query import QueryValues
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
-from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
-from xmr.metrics import Interval, recall_hits, summed_recall
-from xmr.metrics.bootstrap import CONFIDENCE, RESAMPLES
+from xmr.eval.intervals import interval_metrics, intervals_of
+from xmr.metrics import recall_hits, summed_recall
 from xmr.metrics.ranking import check_ks
 from xmr.models import RetrievalModel
 from xmr.retrieval import topk_similarity

@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from xmr.compare.per_query import PER_QUERY_FILE, write_per_query
 from xmr.data.errors import DataError
 from xmr.eval.benchmark import BenchmarkResult, skip_summary
 from xmr.eval.config import EvalConfig
-from xmr.eval.per_query import PER_QUERY_FILE, write_per_query
 from xmr.eval.score import EvalResult, RetrievalExample
 from xmr.metrics import metric_direction
 from xmr.storage import StoragePath

@@ -11,7 +11,7 @@ embeddings of an :class:`~xmr.eval.encode.EncodedSplit` (after CLIP-clip when ``
   Bias@K split (a ToyWorld's gender split), overall and per linked class.
 
 Each group also keeps its metrics' per-query values (a query's hit, AP@k or Δ_K) by query set
-(:class:`~xmr.eval.per_query.QueryValues`: i2t images, t2i captions, ODmAP queries, Bias@K
+(:class:`~xmr.compare.per_query.QueryValues`: i2t images, t2i captions, ODmAP queries, Bias@K
 captions): :func:`score` turns each set into seeded percentile bootstrap intervals
 (``config.bootstrap`` resamples at ``config.confidence``), and a paired comparison of two
 evaluations resamples their differences (``xmr compare``).
@@ -29,15 +29,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from xmr.compare.bootstrap import Interval
+from xmr.compare.per_query import QueryValues
 from xmr.data import DataIssue
 from xmr.data.images import load_image
 from xmr.eval.clip import ClippedDims, clipped_split
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import EncodedSplit, encode
-from xmr.eval.per_query import QueryValues, interval_metrics, intervals_of
+from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
-    Interval,
     Ranking,
     bias_deltas,
     odmap_per_query,

@@ -5,9 +5,11 @@ A condition (``D``, ``D ∪ BiAug-D′``; ``CLIP``, ``EI-CLIP``) is the steps wh
 its numbers: a training run (its final test metrics) and the evaluations of its checkpoint
 (ARO, SugarCrepe). The change is the last condition's over the first, with a paired bootstrap
 interval over the queries both scored (:func:`paired_changes`: the conditions' runs' logged
-per-query values, :mod:`xmr.eval.per_query`) for every metric that has them; it is coloured by
-the metric's direction (:func:`~xmr.metrics.metric_direction`) when that interval excludes 0,
-as ``xmr compare RUN_A RUN_B`` calls a difference, and marked ``≈`` when it holds 0.
+per-query values, :mod:`xmr.compare.per_query`, paired by :mod:`xmr.compare.paired` with the
+bootstrap's defaults) for every metric that has them; it is coloured by the metric's direction
+(:func:`~xmr.metrics.metric_direction`) when that interval excludes 0, as ``xmr compare RUN_A
+RUN_B`` calls a difference, and marked ``≈`` when it holds 0
+(:func:`~xmr.compare.verdict.change_verdict`).
 """
 
 from __future__ import annotations
@@ -17,23 +19,16 @@ from collections.abc import Callable, Mapping, Sequence
 from rich.markup import escape
 from rich.table import Table
 
-from xmr.eval.per_query import (
-    QueryValues,
-    logged_per_query,
-    paired_differences,
-    select_metrics,
-)
+from xmr.compare.bootstrap import CONFIDENCE, Interval
+from xmr.compare.paired import paired_differences
+from xmr.compare.per_query import QueryValues, logged_per_query, select_metrics
+from xmr.compare.verdict import TIE, change_text, change_verdict
 from xmr.jobs.steps import StepContext, StepOutcome
-from xmr.metrics import Interval, metric_direction
+from xmr.metrics import metric_direction
 
 DELTA = "delta"
 """The prefix of the change's metrics in the job's run (``delta/<metric>``, its interval
 ``delta/<metric>_ci_low`` and ``delta/<metric>_ci_high``)."""
-
-RESAMPLES = 1000
-CONFIDENCE = 0.95
-SEED = 0
-"""The change's bootstrap: fixed, so that the same runs give the same table."""
 
 
 def condition_metrics(
@@ -80,27 +75,20 @@ def paired_changes(
     first: Mapping[str, QueryValues], last: Mapping[str, QueryValues], rows: Sequence[str]
 ) -> tuple[dict[str, Interval], str | None]:
     """The change ``last − first`` of each metric of ``rows`` that both have per-query values
-    of, with its paired bootstrap interval (:data:`RESAMPLES`, :data:`CONFIDENCE`,
-    :data:`SEED`), and one line naming the query sets that could not be paired (the runs
-    scored other queries: their metrics keep a plain change), or None.
+    of, with its paired bootstrap interval (the bootstrap's defaults, fixed so that the same
+    runs give the same table), and one line naming the query sets that could not be paired
+    (the runs scored other queries: their metrics keep a plain change), or None.
 
     Returns:
-        metric -> :class:`~xmr.metrics.Interval` of the change, in ``rows`` order; the line.
+        metric -> :class:`~xmr.compare.bootstrap.Interval` of the change, in ``rows`` order;
+        the line.
     """
     first, last = select_metrics(first, rows), select_metrics(last, rows)
     found: dict[str, Interval] = {}
     refused: dict[str, str] = {}
     for name in [name for name in first if name in last]:
         try:
-            found.update(
-                paired_differences(
-                    {name: first[name]},
-                    {name: last[name]},
-                    resamples=RESAMPLES,
-                    confidence=CONFIDENCE,
-                    seed=SEED,
-                )
-            )
+            found.update(paired_differences({name: first[name]}, {name: last[name]}))
         except ValueError as exc:
             refused[name] = str(exc)
     note = None
@@ -178,7 +166,7 @@ def record_comparison(
 
 def recorded_intervals(compared: StepOutcome) -> dict[str, Interval]:
     """The changes' intervals a :func:`record_comparison` outcome holds: metric ->
-    :class:`~xmr.metrics.Interval` (value: the change)."""
+    :class:`~xmr.compare.bootstrap.Interval` (value: the change)."""
     metrics = compared.metrics
     found = {}
     for name, value in metrics.items():
@@ -212,7 +200,7 @@ def comparison_table(
         lines.append(
             f"Δ = {conditions[-1]} − {conditions[0]} [{CONFIDENCE:.0%} paired bootstrap "
             "interval over the same queries]: better or worse where the interval excludes 0, "
-            "≈ where it holds 0"
+            f"{TIE} where it holds 0"
         )
     lines += list(compared.notes) if compared is not None else []
     caption = escape("\n".join(lines)) if lines else None
@@ -241,7 +229,8 @@ def _change_cell(change: float, interval: Interval | None, better: bool) -> str:
     colour = "green" if better else "red"
     if interval is None:
         return f"[{colour}]{change:+.3f} (no interval)[/{colour}]"
-    text = escape(f"{change:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}]")
-    if not interval.excludes(0.0):
-        return f"[dim]≈ {text}[/dim]"
-    return f"[{colour}]{'better' if better else 'worse'} {text}[/{colour}]"
+    text = escape(change_text(change, interval.low, interval.high))
+    word = change_verdict(interval.low, interval.high, better)
+    if word == TIE:
+        return f"[dim]{TIE} {text}[/dim]"
+    return f"[{colour}]{word} {text}[/{colour}]"

@@ -187,11 +187,10 @@ def _on_the_plain_model(space: SearchSpace, context: StepContext) -> SearchSpace
 
 def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> StepOutcome:
     """Each sweep's front: ``<sweep>_pareto.png`` (neighbours the test set cannot tell apart
-    joined by a dashed ``≈``: :func:`xmr.tune.sweep.pareto_ties`) and ``<sweep>_trials.csv``
+    joined by a dashed ``≈``: :func:`xmr.tune.pareto.pareto_ties`) and ``<sweep>_trials.csv``
     (``front`` and ``pareto`` columns added: :func:`xmr.tune.pareto.front_marks`) in the job's
     folder and the job's run."""
-    from xmr.tune.pareto import front_marks, plot_pareto
-    from xmr.tune.sweep import pareto_ties
+    from xmr.tune.pareto import front_marks, pareto_ties, plot_pareto
 
     run = context.job_run
     outputs: dict[str, str] = {}

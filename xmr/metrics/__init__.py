@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from xmr.metrics.average_precision import map_at_k
-    from xmr.metrics.bootstrap import Interval, mean_intervals, paired_intervals
     from xmr.metrics.direction import (
         Direction,
         UnknownMetricError,
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 _MODULE_OF = {  # exported name -> its module
     "TRAINED_DELTA_SD": "power",
     "Direction": "direction",
-    "Interval": "bootstrap",
     "Ranking": "ranking",
     "UnknownMetricError": "direction",
     "bias_at_k": "gender_bias",
@@ -44,12 +42,10 @@ _MODULE_OF = {  # exported name -> its module
     "detectable_effect": "power",
     "find_direction": "direction",
     "map_at_k": "average_precision",
-    "mean_intervals": "bootstrap",
     "metric_direction": "direction",
     "odmap_at_k": "odmap",
     "odmap_per_query": "odmap",
     "odmap_relevance": "odmap",
-    "paired_intervals": "bootstrap",
     "queries_for_power": "power",
     "rank": "ranking",
     "recall_at_k": "recall",
@@ -61,7 +57,6 @@ _MODULE_OF = {  # exported name -> its module
 __all__ = [
     "TRAINED_DELTA_SD",
     "Direction",
-    "Interval",
     "Ranking",
     "UnknownMetricError",
     "bias_at_k",
@@ -70,12 +65,10 @@ __all__ = [
     "detectable_effect",
     "find_direction",
     "map_at_k",
-    "mean_intervals",
     "metric_direction",
     "odmap_at_k",
     "odmap_per_query",
     "odmap_relevance",
-    "paired_intervals",
     "queries_for_power",
     "rank",
     "recall_at_k",

@@ -2,7 +2,7 @@
 
 The sizes of ToyWorld's gender split come from here (``default.yaml``'s ``gender_test``): a
 linked object's Bias@K is the mean of its queries' Δ_K (:func:`~xmr.metrics.bias_deltas`), and
-its interval (:mod:`xmr.metrics.bootstrap`) should exclude 0 when the model's bias is at least
+its interval (:mod:`xmr.compare.bootstrap`) should exclude 0 when the model's bias is at least
 ``effect``. For a mean of ``n`` independent values of standard deviation ``sd``, a two-sided
 interval at ``confidence`` excludes 0 with probability ``power`` when
 

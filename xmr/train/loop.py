@@ -34,12 +34,12 @@ import torch
 import torch.distributed
 from ray.experimental.tqdm_ray import tqdm
 
+from xmr.compare.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.data import read_dataset
 from xmr.data.fashiongen import read_product_ids
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.eval.benchmark import run_benchmark
 from xmr.eval.config import EvalConfig
-from xmr.eval.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
 from xmr.logs import quiet_console

@@ -35,9 +35,9 @@ import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
+from xmr.compare.per_query import PER_QUERY_FILE
 from xmr.data import read_dataset
 from xmr.data.default_world import default_toyworld
-from xmr.eval.per_query import PER_QUERY_FILE
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal

@@ -5,9 +5,10 @@ better on one. "Good" follows each metric's mode (``max`` / ``min``); biases are
 their absolute value (:class:`~xmr.tune.space.Objective` ``abs``).
 
 Two front points next to each other along the x metric (:func:`front_neighbours`) may differ
-by less than the test set can tell: a sweep compares their trials' per-query values
-(``xmr.tune.sweep``) and calls them indistinguishable when the paired intervals of both
-differences hold 0; :func:`front_marks` and :func:`plot_pareto` show such ties.
+by less than the test set can tell: :func:`pareto_ties` pairs their trials' per-query values
+(:func:`xmr.compare.paired.tied_pairs`) and calls them indistinguishable when the paired
+intervals of both differences hold 0; :func:`front_marks` and :func:`plot_pareto` show such
+ties (:data:`~xmr.compare.verdict.TIE`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from xmr.compare.paired import tied_pairs
+from xmr.compare.per_query import QueryValues
+from xmr.compare.verdict import TIE
 from xmr.storage import StoragePath
 from xmr.tune.space import Objective
 
@@ -64,6 +68,31 @@ def front_neighbours(xs: np.ndarray, front: np.ndarray) -> list[tuple[int, int]]
     return list(pairwise(ordered))
 
 
+def pareto_ties(
+    frame: pd.DataFrame,
+    x: Objective,
+    y: Objective,
+    *,
+    tracking_uri: str,
+    per_query: dict[str, dict[str, QueryValues] | None] | None = None,
+) -> list[tuple[int, int]]:
+    """The neighbours on the front of ``frame``'s trials (row positions, as
+    :func:`front_neighbours`) that the test set cannot tell apart: over the queries both
+    trials' runs (``mlflow_run_id``) scored, the paired bootstrap intervals of their difference
+    on ``x`` and on ``y`` both hold 0 (:func:`xmr.compare.paired.tied_pairs`; for an ``abs``
+    objective, the difference of the signed metric). Neighbours are left out when either run
+    has no per-query values of both metrics or they scored other queries.
+
+    ``per_query``: run id -> its logged values (None: none), filled as runs are read, so that
+    several pairs of metrics read each run once.
+    """
+    values = objective_values(frame, x, y)
+    front = pareto_front(values, (x.mode, y.mode))
+    runs = frame["mlflow_run_id"].fillna("").astype(str).tolist()
+    pairs = front_neighbours(values[:, 0], front)
+    return tied_pairs(pairs, runs, (x.name, y.name), tracking_uri=tracking_uri, per_query=per_query)
+
+
 def front_marks(
     front: np.ndarray, ties: Sequence[tuple[int, int]], names: Sequence[str]
 ) -> list[str]:
@@ -80,7 +109,7 @@ def front_marks(
         tied.setdefault(i, []).append(names[j])
         tied.setdefault(j, []).append(names[i])
     return [
-        ("front ≈ " + "; ".join(tied[row]) if row in tied else "front") if on else "dominated"
+        (f"front {TIE} " + "; ".join(tied[row]) if row in tied else "front") if on else "dominated"
         for row, on in enumerate(front)
     ]
 
@@ -101,7 +130,7 @@ def front_line(
     tied = {(min(i, j), max(i, j)) for i, j in ties}
     line = names[pairs[0][0]]
     for i, j in pairs:
-        line += (" ≈ " if (min(i, j), max(i, j)) in tied else "; ") + names[j]
+        line += (f" {TIE} " if (min(i, j), max(i, j)) in tied else "; ") + names[j]
     return line
 
 
@@ -128,7 +157,7 @@ def plot_pareto(
     ax = fig.subplots()
     ax.scatter(xs[~front], ys[~front], color="0.6", label="dominated", zorder=2)
     ax.scatter(xs[front], ys[front], color="tab:red", label="Pareto front", zorder=3)
-    tie_label = "≈ not distinguishable (both paired intervals hold 0)"  # once in the legend
+    tie_label = f"{TIE} not distinguishable (both paired intervals hold 0)"  # once in the legend
     for i, j in front_neighbours(xs, front):
         tie = (min(i, j), max(i, j)) in tied
         ax.plot(xs[[i, j]], ys[[i, j]], "--" if tie else "-", color="tab:red", zorder=3,
@@ -136,7 +165,7 @@ def plot_pareto(
         if tie:
             tie_label = None
             middle = ((xs[i] + xs[j]) / 2, (ys[i] + ys[j]) / 2)
-            ax.annotate("≈", middle, textcoords="offset points", xytext=(-4, -14),
+            ax.annotate(TIE, middle, textcoords="offset points", xytext=(-4, -14),
                         color="tab:red", fontsize=12, fontweight="bold")  # fmt: skip
     for xi, yi, label in zip(xs, ys, labels, strict=True):
         if np.isfinite(xi) and np.isfinite(yi):

@@ -13,13 +13,14 @@ the space YAML as ``space.yaml``) and one child run per trial. When the sweep en
 holds ``best_config.json``, ``trials.csv`` and one ``pareto_<x>_vs_<y>.png`` per pair of
 metrics in the space, plus the best trial's metrics as ``best/...``.
 
-Each pair's Pareto front is checked against the test set's noise (:func:`pareto_ties`): two
-front points next to each other along x whose trials' paired bootstrap intervals (over the
-queries both scored, from their runs' ``per_query.parquet``) hold 0 on x and on y are not
-distinguishable. ``trials.csv`` says so in a column per pair (``pareto_<x>_vs_<y>``:
-``front``, ``front ≈ <neighbour's run name>`` or ``dominated``), the PNG joins them with a
-dashed ``≈`` segment and the parent's ``xmr.pareto_front`` tag (the first pair's front in x
-order) with `` ≈ ``. Trials without per-query values are left unmarked.
+Each pair's Pareto front is checked against the test set's noise
+(:func:`~xmr.tune.pareto.pareto_ties`): two front points next to each other along x whose
+trials' paired bootstrap intervals (over the queries both scored, from their runs'
+``per_query.parquet``) hold 0 on x and on y are not distinguishable. ``trials.csv`` says so
+in a column per pair (``pareto_<x>_vs_<y>``: ``front``, ``front ≈ <neighbour's run name>`` or
+``dominated``), the PNG joins them with a dashed ``≈`` segment and the parent's
+``xmr.pareto_front`` tag (the first pair's front in x order) with `` ≈ ``. Trials without
+per-query values are left unmarked.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import ray
 import yaml
 from ray import tune
 
-from xmr.eval.per_query import QueryValues, logged_per_query, paired_differences, select_metrics
+from xmr.compare.per_query import QueryValues
 from xmr.pipeline.ray_executor import init_ray
 from xmr.stops import Stopped, on_stop
 from xmr.storage import StoragePath, as_path, check_bucket, storage_path
@@ -60,12 +61,11 @@ from xmr.tune.options import DEFAULT_STORAGE
 from xmr.tune.pareto import (
     front_line,
     front_marks,
-    front_neighbours,
     objective_values,
-    pareto_front,
+    pareto_ties,
     plot_pareto,
 )
-from xmr.tune.space import DEFAULT_SYNTH, Domain, Objective, SearchSpace, SpaceError
+from xmr.tune.space import DEFAULT_SYNTH, Domain, SearchSpace, SpaceError
 from xmr.tune.trial_lines import TrialLines
 from xmr.tune.trials import (
     DRIVER_MEMORY,
@@ -79,10 +79,6 @@ from xmr.tune.trials import (
 
 SWEEP_FILE = "xmr_sweep.json"
 PARENT_ID_KEY = "parent_run_id"  # the parent run's id in SWEEP_FILE
-PAIRED_RESAMPLES = 1000
-PAIRED_CONFIDENCE = 0.95
-PAIRED_SEED = 0
-"""The bootstrap that compares neighbours on a front: fixed, so the marks are reproducible."""
 
 
 class SweepInterrupted(Stopped):
@@ -620,62 +616,6 @@ def _finish(
     )
     parent.end("FINISHED")
     return trials, best, artifacts
-
-
-def pareto_ties(
-    frame: pd.DataFrame,
-    x: Objective,
-    y: Objective,
-    *,
-    tracking_uri: str,
-    per_query: dict[str, dict[str, QueryValues] | None] | None = None,
-) -> list[tuple[int, int]]:
-    """The neighbours on the front of ``frame``'s trials (row positions, as
-    :func:`~xmr.tune.pareto.front_neighbours`) that the test set cannot tell apart: over the
-    queries both trials' runs (``mlflow_run_id``) scored, the paired bootstrap intervals of
-    their difference on ``x`` and on ``y`` both hold 0 (:data:`PAIRED_CONFIDENCE`; for an
-    ``abs`` objective, the difference of the signed metric). Neighbours are left out when
-    either run has no per-query values of both metrics or they scored other queries.
-
-    ``per_query``: run id -> its logged values (None: none), filled as runs are read, so that
-    several pairs of metrics read each run once.
-    """
-    values = objective_values(frame, x, y)
-    front = pareto_front(values, (x.mode, y.mode))
-    runs = frame["mlflow_run_id"].fillna("").astype(str).tolist()
-    cache = per_query if per_query is not None else {}
-    metrics = (x.name, y.name)
-    ties = []
-    for i, j in front_neighbours(values[:, 0], front):
-        first, second = (_trial_values(runs[k], tracking_uri, cache) for k in (i, j))
-        if first is None or second is None:
-            continue
-        try:
-            differences = paired_differences(
-                select_metrics(first, metrics),
-                select_metrics(second, metrics),
-                resamples=PAIRED_RESAMPLES,
-                confidence=PAIRED_CONFIDENCE,
-                seed=PAIRED_SEED,
-            )
-        except ValueError:  # other queries: not comparable, left unmarked
-            continue
-        if all(m in differences and not differences[m].excludes(0.0) for m in metrics):
-            ties.append((i, j))
-    return ties
-
-
-def _trial_values(
-    run_id: str, tracking_uri: str, cache: dict[str, dict[str, QueryValues] | None]
-) -> dict[str, QueryValues] | None:
-    """A trial's run's logged per-query values (None: no run, or none logged), read once into
-    ``cache``."""
-    if run_id not in cache:
-        try:
-            cache[run_id] = logged_per_query(run_id, tracking_uri=tracking_uri) if run_id else None
-        except LookupError:
-            cache[run_id] = None
-    return cache[run_id]
 
 
 def _slug(metric: str) -> str:

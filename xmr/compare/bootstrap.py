@@ -13,16 +13,20 @@ relations of each relation's accuracy) is resampled *within* each group (stratif
 :func:`bootstrap_stratified_means`): each resample draws every group's queries with
 replacement from that group, as many as it holds, so each group keeps its size and its weight
 in the average. Such a metric is a weighted mean of its groups' means;
-:func:`group_weighted_values` turns per-query values into ones whose plain mean is that weighted
-mean, so that it too is a mean over queries and everything below applies to it unchanged. A
-group of one query always draws that query: stratification takes no variance from it.
+:func:`xmr.metrics.grouped.group_weighted_values` turns per-query values into ones whose plain
+mean is that weighted mean, so that it too is a mean over queries and everything below applies
+to it unchanged. A group of one query always draws that query: stratification takes no variance
+from it.
 
 A paired comparison of two models on the same queries resamples the per-query *differences*
 (:func:`paired_intervals`): query difficulty is shared by both models and cancels, so the
 interval is much narrower than comparing two unpaired intervals. A difference whose interval
 excludes 0 is significant at ``1 − confidence`` (two-sided).
 
-Everything is seeded: the same values, seed and resample count give the same interval.
+Everything is seeded: the same values, seed and resample count give the same interval. The
+defaults (:data:`RESAMPLES`, :data:`CONFIDENCE`, :data:`SEED`) are declared here only: every
+interval xmr reports (an evaluation's, ``xmr compare``'s, a job's change, a sweep's Pareto
+ties) uses them unless a flag says otherwise.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ its width between seeds (measured: 1.5–2 % for 500–2,500 queries); 1,000 res
 queries × 10 metrics take 0.2 s on 2 cores, of 600,000 × 3 metrics 4 s."""
 CONFIDENCE = 0.95
 """Default coverage of an interval."""
+SEED = 0
+"""The bootstrap generator's default seed: fixed, so that the same values give the same
+interval (the same table, the same ``≈`` marks)."""
 _CHUNK_VALUES = 4_000_000  # resample weights held at once: resamples × queries per chunk
 
 
@@ -57,7 +64,7 @@ class Interval:
         return {"value": self.value, "ci_low": self.low, "ci_high": self.high}
 
 
-def bootstrap_means(values: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
+def bootstrap_means(values: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
     """Means of ``resamples`` bootstrap resamples of the rows of ``values``.
 
     Args:
@@ -76,7 +83,7 @@ def bootstrap_stratified_means(
     values: np.ndarray,
     strata: Sequence[Hashable] | np.ndarray | None,
     resamples: int = RESAMPLES,
-    seed: int = 0,
+    seed: int = SEED,
 ) -> np.ndarray:
     """Means of ``resamples`` stratified bootstrap resamples of the rows of ``values``.
 
@@ -128,47 +135,13 @@ def bootstrap_stratified_means(
     return means.reshape((resamples, *data.shape[1:]))
 
 
-def group_weighted_values(
-    values: np.ndarray, groups: Sequence[Hashable], weights: Mapping[Hashable, float]
-) -> np.ndarray:
-    """Per-query values whose mean is the weighted mean of the groups' means.
-
-    Query ``i`` of group ``g`` (``n_g`` queries) becomes ``values[i] · w_g · Q / (n_g · W)``,
-    with ``W`` the sum of the weights of the groups present, so that the mean over the ``Q``
-    queries is ``Σ_g w_g · mean_g / W``: with a weight of 1 per group the macro average, with
-    ``n_g`` the plain mean over the groups' queries, with 0 a group left out. Stratified by
-    ``groups`` (:func:`bootstrap_stratified_means`), a resample's mean of these values is that
-    weighted mean of the resampled groups' means, since every group keeps its size.
-
-    Args:
-        values: ``[Q]`` per-query values (a benchmark item's correctness, 0 or 1).
-        groups: ``[Q]`` each query's group.
-        weights: group -> its weight, >= 0 (a group not in it: 0), at least one group present
-            with a positive weight.
-
-    Returns:
-        float64 ``[Q]``.
-    """
-    data = np.asarray(values, dtype=np.float64)
-    if data.shape != (len(groups),):
-        raise ValueError(f"{data.shape} values for {len(groups)} queries' groups")
-    sizes: dict[Hashable, int] = {}
-    for group in groups:
-        sizes[group] = sizes.get(group, 0) + 1
-    total = sum(weights.get(group, 0.0) for group in sizes)
-    if not total > 0:
-        raise ValueError("no group present has a positive weight")
-    scale = np.array([weights.get(g, 0.0) * len(data) / (sizes[g] * total) for g in groups])
-    return data * scale
-
-
 def mean_intervals(
     values: Mapping[str, np.ndarray],
     *,
     strata: Sequence[Hashable] | None = None,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
-    seed: int = 0,
+    seed: int = SEED,
 ) -> dict[str, Interval]:
     """Each metric's mean over queries with its percentile bootstrap interval.
 
@@ -210,7 +183,7 @@ def paired_intervals(
     strata: Sequence[Hashable] | None = None,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
-    seed: int = 0,
+    seed: int = SEED,
 ) -> dict[str, Interval]:
     """``second − first`` for each metric both have, with a paired bootstrap interval.
 
@@ -244,7 +217,7 @@ def seeds_and_queries_interval(
     *,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
-    seed: int = 0,
+    seed: int = SEED,
 ) -> Interval:
     """The mean of paired differences over training seeds and test queries, with a two-stage
     bootstrap interval that holds both sources of variation: each resample draws ``S`` seeds

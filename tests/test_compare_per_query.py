@@ -1,5 +1,6 @@
-"""Per-query values of an evaluation (xmr.eval.per_query): the parquet round trip, intervals by
-query set, the paired difference that refuses runs of other queries, and a benchmark's strata."""
+"""Per-query values of an evaluation (xmr.compare.per_query): the parquet round trip, intervals
+by query set (xmr.eval.intervals), the paired difference that refuses runs of other queries
+(xmr.compare.paired), and a benchmark's strata."""
 
 from __future__ import annotations
 
@@ -8,14 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from xmr.eval.per_query import (
-    QueryValues,
-    intervals_of,
-    paired_differences,
-    read_per_query,
-    write_per_query,
-)
-from xmr.metrics.bootstrap import group_weighted_values
+from xmr.compare.paired import paired_differences
+from xmr.compare.per_query import QueryValues, read_per_query, write_per_query
+from xmr.eval.intervals import intervals_of
+from xmr.metrics.grouped import group_weighted_values
 
 
 def _sets(shift: float = 0.0) -> dict[str, QueryValues]:

@@ -1,4 +1,4 @@
-"""Bootstrap intervals of per-query means (xmr.metrics.bootstrap) and the per-query values they
+"""Bootstrap intervals of per-query means (xmr.compare.bootstrap) and the per-query values they
 resample (Recall@K hits, ODmAP's AP@k, Bias@K's Δ_K)."""
 
 from __future__ import annotations
@@ -9,24 +9,24 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from xmr.metrics import (
+from xmr.compare import bootstrap as bootstrap_module
+from xmr.compare.bootstrap import (
     Interval,
+    bootstrap_means,
+    bootstrap_stratified_means,
+    mean_intervals,
+    paired_intervals,
+    seeds_and_queries_interval,
+)
+from xmr.metrics import (
     bias_at_k,
     bias_deltas,
-    mean_intervals,
     odmap_at_k,
     odmap_per_query,
-    paired_intervals,
     recall_at_k,
     recall_hits,
 )
-from xmr.metrics import bootstrap as bootstrap_module
-from xmr.metrics.bootstrap import (
-    bootstrap_means,
-    bootstrap_stratified_means,
-    group_weighted_values,
-    seeds_and_queries_interval,
-)
+from xmr.metrics.grouped import group_weighted_values
 
 
 def test_the_bootstrap_distribution_of_a_mean_matches_the_hand_computed_one() -> None:

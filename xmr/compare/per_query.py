@@ -1,5 +1,5 @@
-"""Per-query metric values of an evaluation: what its intervals resample and what a paired
-comparison of two evaluations needs.
+"""Per-query metric values: what an interval resamples and what a paired comparison of two
+runs pairs.
 
 An evaluation's metrics are means over query sets: ``i2t`` (the split's images), ``t2i`` (its
 captions), ``odmap`` (the object-removed queries) and ``bias`` (the gender-neutral captions); a
@@ -8,11 +8,11 @@ retrieval's over its image and text queries (``products_i2t``, ``subcat_t2i``, .
 :class:`QueryValues` holds one set's queries (a key that names each, so that two runs can be
 checked to have scored the same queries), each metric's ``[Q]`` values and, for a benchmark,
 each query's stratum (its relation, category, ...: macro accuracies are resampled within them,
-:func:`~xmr.metrics.bootstrap.bootstrap_stratified_means`). They are written as
-``per_query.parquet`` (MLflow artifact of every evaluation and training run), one row per
-(query set, query, metric): columns ``query_set``, ``query``, ``metric``, ``value`` and
-``stratum`` (null when the set has none; a file without the column reads as none);
-:func:`logged_per_query` reads a run's back from the tracking store.
+:func:`~xmr.compare.bootstrap.bootstrap_stratified_means`). Evaluations and training runs
+write them as ``per_query.parquet`` (an MLflow artifact of every evaluation and training run),
+one row per (query set, query, metric): columns ``query_set``, ``query``, ``metric``,
+``value`` and ``stratum`` (null when the set has none; a file without the column reads as
+none); :func:`logged_per_query` reads a run's back from the tracking store.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xmr.metrics import Interval, mean_intervals, paired_intervals
 from xmr.tracking import download_artifact
 
 PER_QUERY_FILE = "per_query.parquet"
@@ -59,85 +58,6 @@ class QueryValues:
                 raise ValueError(f"{name}: {len(column)} values for {len(self.keys)} queries")
         if self.strata is not None and len(self.strata) != len(self.keys):
             raise ValueError(f"{len(self.strata)} strata for {len(self.keys)} queries")
-
-
-def intervals_of(
-    sets: Mapping[str, QueryValues], *, resamples: int, confidence: float, seed: int
-) -> dict[str, Interval]:
-    """Each metric's bootstrap interval, a set's metrics resampled together (within its strata,
-    if it has any); none for a set without queries or when ``resamples`` is 0."""
-    intervals: dict[str, Interval] = {}
-    if not resamples:
-        return intervals
-    for values in sets.values():
-        if values.keys and values.values:
-            intervals.update(
-                mean_intervals(
-                    values.values,
-                    strata=values.strata,
-                    resamples=resamples,
-                    confidence=confidence,
-                    seed=seed,
-                )
-            )
-    return intervals
-
-
-def interval_metrics(intervals: Mapping[str, Interval]) -> dict[str, float]:
-    """The intervals as MLflow metrics: ``{name}_ci_low`` and ``{name}_ci_high``."""
-    return {
-        f"{name}_ci_{end}": value
-        for name, interval in intervals.items()
-        for end, value in (("low", interval.low), ("high", interval.high))
-    }
-
-
-def paired_differences(
-    first: Mapping[str, QueryValues],
-    second: Mapping[str, QueryValues],
-    *,
-    resamples: int,
-    confidence: float,
-    seed: int,
-) -> dict[str, Interval]:
-    """``second − first`` of every metric both have (in ``first``'s order), with a paired
-    bootstrap interval over the queries they share by construction (within the set's strata,
-    if it has any: a macro accuracy's difference is resampled as the accuracy is).
-
-    Raises:
-        ValueError: a query set of both that holds other queries (another split or dataset,
-            images that failed to encode in one run only), naming the set and the first query
-            that differs; or the same queries in other strata.
-    """
-    out: dict[str, Interval] = {}
-    for name in [name for name in first if name in second]:
-        a, b = first[name], second[name]
-        if a.keys != b.keys:
-            n = next(
-                (i for i, (x, y) in enumerate(zip(a.keys, b.keys, strict=False)) if x != y),
-                min(len(a.keys), len(b.keys)),
-            )
-            left = a.keys[n] if n < len(a.keys) else "(none)"
-            right = b.keys[n] if n < len(b.keys) else "(none)"
-            raise ValueError(
-                f"the runs scored other {name} queries ({len(a.keys)} vs {len(b.keys)}; "
-                f"query {n} is {left!r} vs {right!r}): a paired comparison needs the same test "
-                "set (the same dataset and split; the default ToyWorld depends on --seed)"
-            )
-        if a.strata != b.strata:
-            raise ValueError(f"the runs grouped their {name} queries differently")
-        if a.keys:
-            out.update(
-                paired_intervals(
-                    a.values,
-                    b.values,
-                    strata=a.strata,
-                    resamples=resamples,
-                    confidence=confidence,
-                    seed=seed,
-                )
-            )
-    return out
 
 
 def select_metrics(
