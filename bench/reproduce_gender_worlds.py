@@ -24,9 +24,9 @@ import yaml
 from training_runs import final_metrics, run, seeds_flag  # bench/training_runs.py
 
 from xmr.compare import find_run, paired_comparison, run_per_query
-from xmr.data.toyworld import WorldConfig, load_config
 from xmr.eval.score import class_suffix
 from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
+from xmr.toyworld import WorldConfig, load_config
 
 CONFIGS: dict[str, dict] = {
     "default": {},

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xmr.data.toyworld import load_config
 from xmr.metrics import (
     TRAINED_DELTA_SD,
     delta_sd,
@@ -13,6 +12,7 @@ from xmr.metrics import (
     mean_intervals,
     queries_for_power,
 )
+from xmr.toyworld import load_config
 
 
 def test_the_sizes_give_the_stated_power_in_simulation() -> None:
