@@ -35,6 +35,7 @@ from xmr.toyworld.scene.config import WorldConfig, load_config
 from xmr.toyworld.scene.render import render
 from xmr.toyworld.scene.sample import Scene, gender_scene_counts, sample_scene
 from xmr.toyworld.world import (
+    Item,
     Items,
     WorldMode,
     image_entry,
@@ -76,9 +77,7 @@ def image_scene(config: WorldConfig, split: str, index: int) -> tuple[Scene, np.
     return sample_scene(config, rng, biased=split in config.biased_splits), rng
 
 
-def render_scene_image(
-    cfg: WorldConfig, out: Path, split: str, index: int, image_id: int
-) -> dict[str, Any]:
+def render_scene_image(cfg: WorldConfig, out: Path, split: str, index: int, image_id: int) -> Item:
     """Render image ``index`` of ``split`` and its counterfactuals into ``out``; return its item
     (:data:`~xmr.toyworld.world.Item`, with the ``counterfactuals`` index entries, ids not set)."""
     scene, rng = image_scene(cfg, split, index)

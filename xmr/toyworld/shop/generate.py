@@ -39,7 +39,7 @@ import numpy as np
 from xmr.toyworld.shop.catalogue import COMPOSITIONS, SEASON_WORDS, SUBCATEGORIES
 from xmr.toyworld.shop.config import ShopCaptions, ShopConfig, load_shop_config
 from xmr.toyworld.shop.render import Product, logo_box, render_product
-from xmr.toyworld.world import Items, WorldMode, image_entry, save_png, scene_rng, write_coco
+from xmr.toyworld.world import Item, Items, WorldMode, image_entry, save_png, scene_rng, write_coco
 
 #: COCO category ids: the subcategories in catalogue order, then the logo badge.
 CATEGORY_IDS = {name: i for i, name in enumerate([*SUBCATEGORIES, "logo"], start=1)}
@@ -109,9 +109,7 @@ def describe(product: Product, rng: np.random.Generator, captions: ShopCaptions)
     return " ".join(sentences)
 
 
-def render_product_image(
-    cfg: ShopConfig, out: Path, split: str, index: int, image_id: int
-) -> dict[str, Any]:
+def render_product_image(cfg: ShopConfig, out: Path, split: str, index: int, image_id: int) -> Item:
     """Render image ``index`` of ``split`` into ``out``; return its item
     (:data:`~xmr.toyworld.world.Item`): the product and its logo badge, one description."""
     rng = scene_rng(cfg.seed, split, index)
