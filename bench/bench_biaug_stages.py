@@ -55,9 +55,6 @@ from process_stats import cpu_seconds, status_kib  # bench/process_stats.py
 
 from xmr.biaug import ToyWorldOracle
 from xmr.data.records import ImageRecord
-from xmr.data.toyworld.classes import palette
-from xmr.data.toyworld.config import WorldConfig
-from xmr.data.toyworld.generate import generate
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import Batch, Stage, rows_to_batch
 from xmr.synth.biaug_build import hard_negative_groups, source_examples
@@ -66,6 +63,9 @@ from xmr.synth.build import read_inputs
 from xmr.synth.config import SynthConfig, load_configs
 from xmr.synth.stages import ERROR_COLUMNS
 from xmr.text.class_words import COCO_CLASSES
+from xmr.toyworld import generate
+from xmr.toyworld.scene.classes import palette
+from xmr.toyworld.scene.config import WorldConfig
 
 PROPOSALS = 3
 COLOURS = ("red", "blue")  # the positive and the negative phrase of a COCO group

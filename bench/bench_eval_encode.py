@@ -29,10 +29,10 @@ import json
 import time
 from pathlib import Path
 
-from xmr.data.default_world import default_toyworld
 from xmr.eval.config import eval_config
 from xmr.eval.encode import Encoder, encode
 from xmr.eval.score import score
+from xmr.toyworld.default_world import default_toyworld
 
 
 def main() -> None:

@@ -35,9 +35,9 @@ import cv2
 import numpy as np
 
 from xmr.data import load_image, read_counterfactuals, read_toyworld
-from xmr.data.toyworld import generate
 from xmr.removal.fill import CPU_FILLS
 from xmr.removal.planning import removal_mask
+from xmr.toyworld import generate
 
 METRICS = ("psnr_mask", "psnr_image", "ssim_image", "ssim_mask")
 

@@ -32,7 +32,6 @@ from pathlib import Path
 import ray
 
 from xmr.data import dataset_splits
-from xmr.data.default_world import default_toyworld
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import rows_to_batch
 from xmr.synth.build import read_inputs, synthesize
@@ -40,6 +39,7 @@ from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import commit_shard, error_record, pair_record, split_shards
 from xmr.synth.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
 from xmr.text.noun_phrases import _cached_spans
+from xmr.toyworld.default_world import default_toyworld
 
 
 def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> tuple[int, float]:

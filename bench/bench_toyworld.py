@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xmr.data.toyworld import WorldConfig, generate
+from xmr.toyworld import WorldConfig, generate
 
 
 def main() -> None:

@@ -44,9 +44,9 @@ import pyarrow as pa
 import torch
 
 from xmr.data import read_dataset
-from xmr.data.toyworld import generate
 from xmr.models import Corpus, create_model
 from xmr.models.batch import TrainBatch
+from xmr.toyworld import generate
 from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import collate, training_data
 from xmr.train.epoch import EpochResult, train_one_epoch

@@ -27,9 +27,9 @@ from xmr.compare.paired import paired_comparison
 from xmr.compare.per_query import logged_per_query
 from xmr.compare.runs import find_run
 from xmr.compare.verdict import change_text
-from xmr.data.toyworld import WorldConfig, load_config
 from xmr.eval.score import class_suffix
 from xmr.metrics import TRAINED_DELTA_SD, detectable_effect
+from xmr.toyworld import WorldConfig, load_config
 
 CONFIGS: dict[str, dict] = {
     "default": {},

@@ -52,7 +52,7 @@ def local_ray(s3):
 @pytest.fixture(scope="session")
 def small_toyworld(tmp_path_factory) -> Path:
     """A ToyWorld with 120 train images (seed 3): big enough for every removal-plan branch."""
-    from xmr.data.toyworld import generate
+    from xmr.toyworld import generate
 
     config = tmp_path_factory.mktemp("world-config") / "world.yaml"
     config.write_text("splits: {train: 120, val: 4, test: 4}\n")

@@ -673,11 +673,11 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     import mlflow
     from rich.console import Console
 
-    from xmr.data.toyworld import WorldConfig, generate
     from xmr.eval import report
     from xmr.eval.benchmark import run_benchmark
     from xmr.eval.config import eval_config
     from xmr.models import create_model
+    from xmr.toyworld import WorldConfig, generate
 
     world = WorldConfig.from_dict({
         "image_size": 64, "splits": {"test": 1}, "biased_splits": [],

@@ -30,12 +30,12 @@ from xmr.biaug import (
     toyworld_class,
 )
 from xmr.biaug.oracle import named_colour
-from xmr.data.toyworld import WorldConfig, generate
-from xmr.data.toyworld.captions import WORDS
-from xmr.data.toyworld.classes import palette
-from xmr.data.toyworld.generate import locate_image
 from xmr.detection import Detection
 from xmr.llm import ChatRequest
+from xmr.toyworld import WorldConfig, generate
+from xmr.toyworld.scene.captions import WORDS
+from xmr.toyworld.scene.classes import palette
+from xmr.toyworld.scene.generate import locate_image
 
 HEADER = ",".join(ATTRIBUTE_COLUMNS)
 

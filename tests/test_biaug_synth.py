@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_manifest, synthetic_table
-from xmr.data.toyworld import WorldConfig, generate
+from xmr.toyworld import WorldConfig, generate
 
 MARKED = {  # script -> how the source example must end (error stage, error type)
     "malformed_json": ("propose", "AnswerError"),
@@ -293,7 +293,7 @@ def test_biaug_with_perfect_components_edits_only_the_boxes(
     from xmr.biaug import ToyWorldOracle
     from xmr.biaug.oracle import named_colour
     from xmr.data.images import decode_image, load_image
-    from xmr.data.toyworld.classes import palette
+    from xmr.toyworld.scene.classes import palette
 
     out = tmp_path / "out"
     args = ["synth", "--mode", "biaug", "--llm", "oracle", "--boxes", "gt", "--fill", "render",
@@ -411,10 +411,10 @@ def test_render_fill_repaints_only_the_box_in_the_named_colours(small_toyworld) 
     in the phrase's colour and in the negative phrase's colour; outside the box nothing moves."""
     from xmr.data import read_dataset
     from xmr.data.images import decode_image, load_image
-    from xmr.data.toyworld.classes import palette
     from xmr.pipeline import Resources
     from xmr.synth.biaug_stages import InpaintPairs
     from xmr.synth.config import load_configs
+    from xmr.toyworld.scene.classes import palette
 
     config, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
     record = next(r for r in read_dataset("toyworld", small_toyworld, "train")

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from xmr.data.toyworld import captions as toyworld
 from xmr.metrics.gender_bias import GENDER_CODES
 from xmr.metrics.ranking import Ranking, rank
 from xmr.models import create_model, list_archs, save_checkpoint
@@ -19,6 +18,7 @@ from xmr.models.batch import TrainBatch
 from xmr.models.blip import CONFIGS, BlipModel, hard_negatives, load_arch
 from xmr.models.losses import LossConfig, contrastive_losses
 from xmr.retrieval import rerank, topk_similarity
+from xmr.toyworld.scene import captions as toyworld
 
 TINY = "xmr-tiny-blip"
 TEXTS = ["a man riding a horse on the beach", "two dogs catching a frisbee in a park"]

@@ -193,7 +193,7 @@ def test_bad_input_is_one_line_and_refused_before_ray_starts(tmp_path: Path) -> 
     """Zero or negative counts (never silently the default), files that are not checkpoints,
     folders given as checkpoints, broken YAML, no NLTK tagger: one ``error:`` line, exit 2,
     Ray not started."""
-    from xmr.data.toyworld import generate
+    from xmr.toyworld import generate
 
     (tmp_path / "notes.txt").write_text("some notes\nmore\n")
     (tmp_path / "folder").mkdir()

@@ -10,7 +10,6 @@ from PIL import Image
 from tiny_grounding_dino import TEXT_LENGTH, build_tiny_grounding_dino
 from transformers import AutoProcessor
 
-from xmr.data.toyworld.classes import CLASSES
 from xmr.detection import (
     DEFAULT_DETECTOR,
     Detection,
@@ -20,6 +19,7 @@ from xmr.detection import (
     match_class,
 )
 from xmr.text.class_words import COCO_CLASSES
+from xmr.toyworld.scene.classes import CLASSES
 
 TOY = tuple(CLASSES)
 

@@ -18,7 +18,6 @@ from PIL import Image
 from xmr.data import read_dataset
 from xmr.data.fashiongen import read_fashiongen, read_product_ids
 from xmr.data.records import ImageRecord
-from xmr.data.toyworld import ShopConfig, generate_shop
 from xmr.eval.product_retrieval import (
     ProductSet,
     ProductTextEncoder,
@@ -35,6 +34,7 @@ from xmr.models.batch import TrainBatch
 from xmr.models.eiclip import ENTITY_RESERVED, UNKNOWN, EiClipModel, entity_vocabularies
 from xmr.models.losses import LossConfig, contrastive_losses
 from xmr.models.vocabulary import Vocabulary
+from xmr.toyworld import ShopConfig, generate
 from xmr.train.data import PAIR_SCHEMA, collate
 
 DESCRIPTIONS = [
@@ -300,7 +300,7 @@ def test_a_few_adam_steps_reduce_the_loss(tiny: EiClipModel) -> None:
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[ImageRecord], list[ImageRecord]]:
     config = ShopConfig.from_dict({"image_size": 64, "splits": {"train": 30, "test": 90}})
-    root = generate_shop(tmp_path_factory.mktemp("shop") / "world", config, seed=3)
+    root = generate(tmp_path_factory.mktemp("shop") / "world", config, seed=3)
     return read_dataset("toyworld", root, "train"), read_dataset("toyworld", root, "test")
 
 

@@ -21,7 +21,6 @@ import pytest
 import torch
 from PIL import Image
 
-from xmr.data.toyworld.classes import CLASSES
 from xmr.detection import (
     GROUNDINGDINO_PY_INSTALL,
     Detection,
@@ -38,6 +37,7 @@ from xmr.detection.groundingdino_py import (
     read_checkpoint,
     read_config,
 )
+from xmr.toyworld.scene.classes import CLASSES
 
 TOY = tuple(CLASSES)
 IMAGE_SIDE = 128

@@ -18,10 +18,10 @@ from PIL import Image
 from rich.console import Console
 
 from xmr.data.synthetic import read_manifest
-from xmr.data.toyworld.config import PACKAGED_WORLDS
 from xmr.jobs import run_job
 from xmr.jobs.options import JobOptions
 from xmr.models import ModelSpec, create_model
+from xmr.toyworld.config import PACKAGED_WORLDS
 
 REPO = Path(__file__).resolve().parents[1]
 COLOURS = {"red": (220, 30, 30), "blue": (30, 60, 220)}

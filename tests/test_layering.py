@@ -26,8 +26,9 @@ LAYERS = (
     "options",  # xmr/options.py: command-line options on dataclasses (typer only)
     "progress",  # xmr/progress.py: console progress, bars on a terminal, lines in a log (tqdm)
     "logs",  # xmr/logs.py: other libraries' INFO off the console
-    "removal",
-    "data",
+    "data",  # the readers (COCO, Flickr30k, Fashion-Gen, ToyWorld folders, D′) and ImageRecord
+    "removal",  # odmap §3.1: an ImageRecord's removal plans, box masks, fills
+    "toyworld",  # the ToyWorld generator: a shared world core, scene/ and shop/ (plans removals)
     "text",
     "metrics",
     "benchmarks",  # ARO / SugarCrepe readers and scoring rules (plain numpy, no models)

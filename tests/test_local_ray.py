@@ -21,8 +21,8 @@ import pytest
 import yaml
 from ray_cluster import free_port
 
-from xmr.data.toyworld import generate
 from xmr.progress import PARTS, ProgressLines, console_progress
+from xmr.toyworld import generate
 
 # Runs in a fresh interpreter, so that it starts its own Ray beside the test session's: a small
 # Ray Data pipeline, then every TCP listening socket and bound UDP socket of the driver and of

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.data.toyworld.classes import GENDERS as TOYWORLD_PERSON_GENDERS
 from xmr.metrics import (
     Ranking,
     bias_at_k,
@@ -22,6 +21,7 @@ from xmr.metrics import (
 from xmr.metrics.arrays import as_numpy
 from xmr.metrics.average_precision import average_precision_at_k
 from xmr.text.gender import Gender
+from xmr.toyworld.scene.classes import GENDERS as TOYWORLD_PERSON_GENDERS
 
 
 def by_index(num_queries: int, num_gallery: int) -> np.ndarray:

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from xmr.compare.bootstrap import mean_intervals
-from xmr.data.toyworld import load_config
 from xmr.metrics import (
     TRAINED_DELTA_SD,
     delta_sd,
     detectable_effect,
     queries_for_power,
 )
+from xmr.toyworld import load_config
 
 
 def test_the_sizes_give_the_stated_power_in_simulation() -> None:

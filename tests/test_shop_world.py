@@ -15,20 +15,13 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.data import ImageRecord, read_dataset
-from xmr.data.default_world import default_toyworld
-from xmr.data.toyworld import (
-    ShopConfig,
-    generate_shop,
-    generate_world,
-    load_config,
-    load_shop_config,
-)
-from xmr.data.toyworld.captions import class_words
-from xmr.data.toyworld.classes import CLASSES
-from xmr.data.toyworld.scene import scene_rng
-from xmr.data.toyworld.shop import describe, sample_product
-from xmr.data.toyworld.shop_catalogue import SUBCATEGORIES
-from xmr.data.toyworld.shop_render import draw_logo, render_product
+from xmr.toyworld import ShopConfig, default_toyworld, generate, load_config, load_shop_config
+from xmr.toyworld.scene.captions import class_words
+from xmr.toyworld.scene.classes import CLASSES
+from xmr.toyworld.shop.catalogue import SUBCATEGORIES
+from xmr.toyworld.shop.generate import describe, sample_product
+from xmr.toyworld.shop.render import draw_logo, render_product
+from xmr.toyworld.world import scene_rng
 
 GROUPS = {"brand", "category", "subcategory", "season", "composition"}
 SPLITS = {"train": 60, "val": 10, "test": 10}
@@ -40,7 +33,7 @@ def _config(**overrides) -> ShopConfig:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
-    return generate_shop(tmp_path_factory.mktemp("shop") / "world", _config(), seed=5)
+    return generate(tmp_path_factory.mktemp("shop") / "world", _config(), seed=5)
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -52,12 +45,12 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 def test_same_seed_same_bytes_and_images_depend_on_split_and_index(world, tmp_path) -> None:
-    again = generate_world(tmp_path / "again", _config(), seed=5)  # mode from the config type
+    again = generate(tmp_path / "again", _config(), seed=5)  # mode from the config type
     assert _digests(again) == _digests(world)
-    other = generate_shop(tmp_path / "other", _config(), seed=6)
+    other = generate(tmp_path / "other", _config(), seed=6)
     assert _digests(other)["train/000000000001.png"] != _digests(world)["train/000000000001.png"]
     # Image i of a split is drawn from (seed, split, i) alone: fewer train images keep the rest.
-    fewer = generate_shop(tmp_path / "fewer", _config(splits={"train": 30, "val": 10}), seed=5)
+    fewer = generate(tmp_path / "fewer", _config(splits={"train": 30, "val": 10}), seed=5)
     first, second = _digests(world), _digests(fewer)
     assert all(second[f"train/{i:012d}.png"] == first[f"train/{i:012d}.png"] for i in (1, 30))
     assert second["val/000000000031.png"] == first["val/000000000061.png"]
@@ -225,16 +218,16 @@ def test_modes_from_yaml_cli_and_mismatch(tmp_path) -> None:
 
 
 def test_default_shop_world_is_cached(tmp_path, monkeypatch) -> None:
-    import xmr.data.toyworld as toyworld
+    import xmr.toyworld.default_world as default_world
 
     calls = []
 
     def small_world(out, config=None, *, mode, seed, progress):
         calls.append(mode)
-        return generate_shop(out, _config(splits={"train": 2}), seed=seed)
+        return generate(out, _config(splits={"train": 2}), seed=seed)
 
     monkeypatch.setenv("XMR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(toyworld, "generate_world", small_world)
+    monkeypatch.setattr(default_world, "generate", small_world)
     root = default_toyworld(4, mode="shop", progress=False)
     assert root.name.startswith("shop-") and root.parent == tmp_path / "toyworld"
     assert default_toyworld(4, mode="shop", progress=False) == root

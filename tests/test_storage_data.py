@@ -55,7 +55,7 @@ def _same_pixels(remote: ObjectPath, local: Path) -> None:
 
 
 def test_a_toyworld_in_s3_reads_as_it_does_locally(s3_bucket, tmp_path):
-    from xmr.data.toyworld import generate
+    from xmr.toyworld import generate
 
     config = tmp_path / "world.yaml"
     config.write_text(

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xmr.data import Caption, DataError, ImageRecord, ObjectAnnotation, read_toyworld
-from xmr.removal import plan_removals
+from xmr.removal import plan_removals, removal_plans
 from xmr.synth.build import inputs_hash, read_inputs
 from xmr.synth.config import SynthConfig, load_configs
 from xmr.synth.output import (
@@ -86,7 +86,7 @@ def test_fingerprint_ignores_where_the_data_is_but_not_what_is_built() -> None:
 
 
 def test_rows_pair_each_plan_with_a_caption_that_names_a_removed_class() -> None:
-    plans = RECORD.removal_plans(0.4, 0.8, 0.7)
+    plans = removal_plans(RECORD, 0.4, 0.8, 0.7)
     assert plans == [("dog",), ("frisbee",)]
     rows = plan_rows(RECORD, plans, MENTIONS, captions_per_image=1, seed=0)
     assert [r.removed for r in rows] == [("dog",), ("frisbee",)]

@@ -22,10 +22,10 @@ from xmr.cli import app
 from xmr.data import read_dataset
 from xmr.data.error_kinds import error_kind
 from xmr.data.synthetic import ROW_SCHEMA, read_manifest, read_synthetic_errors, synthetic_table
-from xmr.data.toyworld import WorldConfig, generate
-from xmr.data.toyworld.classes import palette
 from xmr.synth.biaug_build import source_examples
 from xmr.synth.config import load_configs
+from xmr.toyworld import WorldConfig, generate
+from xmr.toyworld.scene.classes import palette
 
 
 @pytest.fixture(scope="module")

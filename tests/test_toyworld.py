@@ -14,12 +14,13 @@ import pytest
 from PIL import Image
 from pycocotools.coco import COCO
 
-from xmr.data.toyworld import WorldConfig, generate, load_config
-from xmr.data.toyworld.captions import class_words
-from xmr.data.toyworld.generate import image_scene, scene_objects
-from xmr.data.toyworld.render import render
-from xmr.data.toyworld.scene import sample_scene, scene_rng
 from xmr.removal.planning import class_masks, plan_removals, removal_mask
+from xmr.toyworld import WorldConfig, generate, load_config
+from xmr.toyworld.scene.captions import class_words
+from xmr.toyworld.scene.generate import image_scene, scene_objects
+from xmr.toyworld.scene.render import render
+from xmr.toyworld.scene.sample import sample_scene
+from xmr.toyworld.world import scene_rng
 
 SPLITS = ("train", "val", "test")
 REQUIRED_CLASSES = {
@@ -492,7 +493,7 @@ def test_the_binding_world_plants_a_colour_bias_and_writes_exact_binding_items(
     assert [i["kind"] for i in items] == ["swap"] * 12 + ["counter"] * 8
     assert json.loads((root / "world.json").read_text())["counts"]["binding"] == {
         "swap_items": 12, "counter_items": 8}  # fmt: skip
-    from xmr.data.toyworld.classes import CLASSES
+    from xmr.toyworld.scene.classes import CLASSES
 
     for item in items[:12]:
         (a, colour_a), (b, colour_b) = item["objects"]

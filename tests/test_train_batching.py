@@ -18,8 +18,8 @@ from biaug_fixture import write_biaug_dprime
 from xmr.data import read_dataset
 from xmr.data.errors import DataError
 from xmr.data.synthetic import ERROR_SCHEMA, ROW_SCHEMA, synthetic_mode
-from xmr.data.toyworld import generate
 from xmr.eval.protocol import record_gender
+from xmr.toyworld import generate
 from xmr.train.batching import (
     GROUP_COLUMN,
     EpochPlan,

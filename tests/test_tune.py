@@ -261,7 +261,7 @@ def mlflow_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tune_world(tmp_path_factory) -> Path:
     """A ToyWorld with gendered people in every split (train 120, val 16, test 24)."""
-    from xmr.data.toyworld import generate
+    from xmr.toyworld import generate
 
     config = tmp_path_factory.mktemp("tune-world-config") / "world.yaml"
     config.write_text("splits: {train: 120, val: 16, test: 24}\n")

@@ -155,7 +155,7 @@ def _nodes(rows: list[dict]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory) -> Iterator[TwoNodes]:
-    from xmr.data.toyworld import generate
+    from xmr.toyworld import generate
 
     root = tmp_path_factory.mktemp("two-nodes")
     (root / "world.yaml").write_text("splits: {train: 40, val: 8, test: 8}\n")

@@ -22,8 +22,8 @@ from transformers import (
     SwinConfig,
 )
 
-from xmr.data.toyworld.classes import CLASSES
 from xmr.text.class_words import COCO_CLASSES
+from xmr.toyworld.scene.classes import CLASSES
 
 TEXT_LENGTH = 64
 IMAGE_SIDE = 128

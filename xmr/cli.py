@@ -67,17 +67,17 @@ class ToyWorldOptions:
         check_options(self)
         resolve_paths(self)
         if self.config is not None:
-            from xmr.data.toyworld.config import world_config_path
+            from xmr.toyworld.config import world_config_path
 
             object.__setattr__(self, "config", world_config_path(self.config))
 
 
 def data_toyworld(options: ToyWorldOptions) -> None:
     """Generate a ToyWorld: a procedural dataset with planted biases (scene) or products (shop)."""
-    from xmr.data.toyworld import generate_world
+    from xmr.toyworld import generate
 
     with user_errors():
-        root = generate_world(
+        root = generate(
             options.out, options.config, mode=options.mode, seed=options.seed, progress=True
         )
     typer.echo(f"wrote {root}")

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from xmr.data.default_world import default_toyworld
 from xmr.data.registry import check_data_folder
 from xmr.jobs.odmap import ODmAPJobOptions, odmap_report, odmap_steps
 from xmr.jobs.options import job_params
 from xmr.jobs.steps import Job, JobResult, run_job
 from xmr.storage import StoragePath
+from xmr.toyworld.default_world import default_toyworld
 
 DEMO_EPOCHS = 3  # of D ∪ D′, whose steps D gets too: about 20 min on 2 cores, far from converged
 

@@ -409,6 +409,15 @@ def default_output(folder: str | Path) -> StoragePath:
     return storage_path(root) / folder if root else storage_path(folder)
 
 
+def cache_dir() -> Path:
+    """The folder of xmr's local caches (the default ToyWorld, LLM responses):
+    ``$XMR_CACHE_DIR``, else ``$XDG_CACHE_HOME/xmr``, else ``~/.cache/xmr``."""
+    if "XMR_CACHE_DIR" in os.environ:
+        return Path(os.environ["XMR_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "xmr"
+
+
 RAY_PACKAGE_PREFIX = "_ray_pkg_"
 RAY_PACKAGE_PARENTS = ("runtime_resources", "working_dir_files")
 """Where Ray unpacks a job's ``--working-dir`` on each node, the job's working directory:

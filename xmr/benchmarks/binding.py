@@ -1,5 +1,5 @@
 """The ToyWorld binding test: its reader and its scoring (the items are described in
-:mod:`xmr.data.toyworld.binding`).
+:mod:`xmr.toyworld.scene.binding`).
 
 Decisions, each right when the true candidate scores strictly above the other:
 
@@ -33,8 +33,8 @@ from xmr.benchmarks.items import (
 )
 from xmr.data.coco import load_json
 from xmr.data.errors import DataError
-from xmr.data.toyworld.binding import ITEMS_FILE, SIDES
 from xmr.storage import ObjectPath, as_path
+from xmr.toyworld.scene.binding import ITEMS_FILE, SIDES
 
 SWAP_METRIC = "binding/swap_acc"
 COUNTER_METRIC = "binding/counter_acc"

@@ -1,7 +1,7 @@
 """The ToyWorld oracle for BiAug's inpainting (steps 6-7): an exact counterfactual by re-rendering.
 
 A scene ToyWorld is drawn from its seed, so any of its images can be drawn again with an object
-in another colour of its class's palette (:data:`xmr.data.toyworld.classes.CLASSES`): the image
+in another colour of its class's palette (:data:`xmr.toyworld.scene.classes.CLASSES`): the image
 an ideal inpainting model would produce for "a <colour> <object>" with the object's box as mask.
 Like the inpainting it stands in for, the oracle changes pixels only inside the box: inside, the
 re-render (objects in front stay in front); outside, the original. With the colour unchanged
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr.data.toyworld.captions import class_words
-from xmr.data.toyworld.classes import palette
-from xmr.data.toyworld.config import WorldConfig
-from xmr.data.toyworld.generate import image_scene, locate_image
-from xmr.data.toyworld.render import render
-from xmr.data.toyworld.scene import Scene, SceneObject
 from xmr.storage import ObjectPath, StoragePath, as_path
+from xmr.toyworld.scene.captions import class_words
+from xmr.toyworld.scene.classes import palette
+from xmr.toyworld.scene.config import WorldConfig
+from xmr.toyworld.scene.generate import image_scene, locate_image
+from xmr.toyworld.scene.render import render
+from xmr.toyworld.scene.sample import Scene, SceneObject
 
 MIN_INSIDE = 0.5
 """An instance is in a box when at least this share of its (annotation) box area lies inside."""
@@ -57,7 +57,7 @@ def named_colour(phrase: str, colours: list[str]) -> str | None:
 
 def toyworld_class(name: str, classes: Sequence[str]) -> str:
     """The class of ``classes`` that an object name denotes: the class name or one of the words
-    ToyWorld captions use for it (:func:`~xmr.data.toyworld.captions.class_words`), any case
+    ToyWorld captions use for it (:func:`~xmr.toyworld.scene.captions.class_words`), any case
     and spacing (``"Sports ball"``, ``"people"``, ``"soccer ball"``). Raises ``ValueError``
     when none does."""
     key = " ".join(name.casefold().split())

@@ -38,11 +38,11 @@ from xmr.biaug.prompts import (
     read_attribute_messages,
     read_object_proposal_messages,
 )
-from xmr.data.toyworld.captions import EXTRA_WORDS, NUMBERS, WORDS, article, class_noun
-from xmr.data.toyworld.classes import palette
-from xmr.data.toyworld.generate import locate_image
-from xmr.data.toyworld.scene import Scene
 from xmr.llm.chat import ChatRequest, ChatResult, ResultCallback, one_line
+from xmr.toyworld.scene.captions import EXTRA_WORDS, NUMBERS, WORDS, article, class_noun
+from xmr.toyworld.scene.classes import palette
+from xmr.toyworld.scene.generate import locate_image
+from xmr.toyworld.scene.sample import Scene
 
 _IMAGE_NAME = re.compile(r"(\d{12})\.png")
 
@@ -65,7 +65,7 @@ def _word_pattern(words: Sequence[str]) -> re.Pattern[str]:
 def coloured_caption(caption: str, category: str, colour: str, phrase: str) -> str:
     """``caption`` saying that its ``category`` object is ``colour``.
 
-    When the caption names the class (a word of its captions, :data:`~xmr.data.toyworld.
+    When the caption names the class (a word of its captions, :data:`~xmr.toyworld.scene.
     captions.WORDS`), ``colour`` goes before the first such word, replacing a palette colour
     already there and fixing an ``a`` / ``an`` before it; a word that implies a colour ("taxi",
     "soccer ball") becomes the class's plain word. Otherwise ``", with <phrase>"`` is added

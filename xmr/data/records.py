@@ -10,7 +10,6 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from xmr.removal.planning import plan_removals
 from xmr.storage import StoragePath, as_path
 
 
@@ -94,14 +93,6 @@ class ImageRecord:
     def categories(self) -> frozenset[str]:
         """The distinct object categories of the image."""
         return frozenset(o.category for o in self.objects)
-
-    def removal_plans(self, alpha1: float, alpha2: float, alpha3: float) -> list[tuple[str, ...]]:
-        """:func:`~xmr.removal.planning.plan_removals` on this image's objects (odmap §3.1).
-
-        Raises ValueError on malformed boxes.
-        """
-        objects = [(o.category, list(o.bbox)) for o in self.objects]
-        return plan_removals(objects, self.width, self.height, alpha1, alpha2, alpha3)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (how records travel between pipeline workers)."""

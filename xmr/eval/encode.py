@@ -29,7 +29,6 @@ from xmr.data import (
     read_dataset,
     read_gender_design,
 )
-from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
 from xmr.eval.config import EvalConfig
 from xmr.eval.encoders import EncodeQueries
@@ -45,6 +44,7 @@ from xmr.models import RetrievalModel, check_spec
 from xmr.pipeline import Resources, run_local
 from xmr.storage import StoragePath, storage_path
 from xmr.text import COCO_CLASS_WORDS, FLICKR30K_ODMAP_CLASSES, caption_mentions
+from xmr.toyworld.default_world import default_toyworld
 
 if TYPE_CHECKING:
     from xmr.pipeline.ray_executor import StagePool

@@ -22,7 +22,7 @@ from xmr.data.errors import DataIssue
 from xmr.data.images import load_image
 from xmr.data.records import ImageRecord
 from xmr.removal.fill import fill_telea
-from xmr.removal.planning import box_mask
+from xmr.removal.planning import box_mask, removal_plans
 from xmr.storage import StoragePath
 from xmr.text import image_gender, neutralize
 
@@ -109,7 +109,7 @@ def planned_queries(
     queries, sources, removed, present = [], [], [], []
     for record in records:
         try:
-            plans = record.removal_plans(alpha1, alpha2, alpha3)
+            plans = removal_plans(record, alpha1, alpha2, alpha3)
         except ValueError as exc:
             issues.append(DataIssue(f"image {record.image_id} ({record.path})", str(exc)))
             continue

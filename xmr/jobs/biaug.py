@@ -53,7 +53,6 @@ from xmr.benchmarks import (
     category_metric,
 )
 from xmr.data.registry import DATASETS, check_data_root
-from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.jobs.commands import GLOBAL_STEP, eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
     comparison_table,
@@ -65,6 +64,7 @@ from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
 from xmr.options import check_options, option, parameter_names, resolve_paths
 from xmr.storage import StoragePath
+from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
 
 PACKAGED_WORLD = "binding"
 """The ToyWorld the job generates without ``--data`` or ``--world-config``."""
@@ -251,7 +251,7 @@ def _check_binding_world(data: StoragePath | None, world_config: Path | None) ->
         return
     if world_config is None:
         return
-    from xmr.data.toyworld import load_config
+    from xmr.toyworld import load_config
 
     try:
         binding = load_config(world_config).binding  # a scene world's, checked key by key

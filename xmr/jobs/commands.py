@@ -33,17 +33,17 @@ def world_step(
     folder, then uploaded."""
 
     def run(context: StepContext) -> StepOutcome:
-        from xmr.data.toyworld import generate_world
+        from xmr.toyworld import generate
 
         if isinstance(out, ObjectPath):
             with tempfile.TemporaryDirectory(prefix="xmr-world-") as scratch:
                 world = Path(scratch) / out.name
-                generate_world(world, config, mode=mode, seed=seed, progress=True)
+                generate(world, config, mode=mode, seed=seed, progress=True)
                 put_folder(world, out)
         else:  # beside its place, so that an interrupted run leaves no world there
             partial = out.with_name(f".{out.name}.partial")
             shutil.rmtree(partial, ignore_errors=True)
-            generate_world(partial, config, mode=mode, seed=seed, progress=True)
+            generate(partial, config, mode=mode, seed=seed, progress=True)
             put_folder(partial, out)
         return StepOutcome(outputs={"world": str(out)})
 

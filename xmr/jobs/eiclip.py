@@ -110,7 +110,7 @@ def _check_shop_world(data: StoragePath | None, world_config: Path | None) -> No
     Raises:
         ValueError / FileNotFoundError: naming the folder or the YAML.
     """
-    from xmr.data.toyworld import load_shop_config
+    from xmr.toyworld import load_shop_config
 
     if world_config is not None:
         try:

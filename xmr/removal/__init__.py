@@ -6,6 +6,6 @@ inpainting imports its heavy dependencies from :mod:`xmr.removal.sd_inpaint`.
 """
 
 from xmr.removal.fill import CPU_FILLS, FILL_METHODS
-from xmr.removal.planning import box_mask, plan_removals
+from xmr.removal.planning import box_mask, plan_removals, removal_plans
 
-__all__ = ["CPU_FILLS", "FILL_METHODS", "box_mask", "plan_removals"]
+__all__ = ["CPU_FILLS", "FILL_METHODS", "box_mask", "plan_removals", "removal_plans"]

@@ -36,8 +36,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from xmr.data.records import ImageRecord
 
 Box = Sequence[float]
 Objects = Sequence[tuple[str, Box]]
@@ -208,3 +212,12 @@ def plan_removals(
         tuple(sorted(names[c] for c in np.flatnonzero(removed[q]))) for q in np.flatnonzero(valid)
     }
     return sorted(plans)
+
+
+def removal_plans(
+    record: ImageRecord, alpha1: float, alpha2: float, alpha3: float
+) -> list[tuple[str, ...]]:
+    """:func:`plan_removals` on the objects of ``record`` (an image of a dataset, its size and
+    boxes in pixels). Raises ValueError on malformed boxes."""
+    objects = [(o.category, list(o.bbox)) for o in record.objects]
+    return plan_removals(objects, record.width, record.height, alpha1, alpha2, alpha3)

@@ -45,7 +45,6 @@ import pyarrow as pa
 
 from xmr import __version__
 from xmr.biaug import ToyWorldOracle
-from xmr.data.default_world import cache_dir
 from xmr.data.error_kinds import with_kind
 from xmr.data.records import ImageRecord
 from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_error_table, read_parquet
@@ -55,7 +54,7 @@ from xmr.llm.vllm import BACKEND as VLLM
 from xmr.llm.vllm import build_vllm_processor
 from xmr.pipeline import Resources, Stage
 from xmr.pipeline.stage import Batch, batch_rows
-from xmr.storage import STORAGE_ENV, StoragePath, default_output, is_uri
+from xmr.storage import STORAGE_ENV, StoragePath, cache_dir, default_output, is_uri
 from xmr.synth.biaug_stages import (
     GROUP_COLUMNS,
     DecoupleAttributes,

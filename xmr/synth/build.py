@@ -36,7 +36,6 @@ import pyarrow as pa
 from xmr import __version__
 from xmr.data import DataError, DataIssue, read_dataset
 from xmr.data.coco import load_json
-from xmr.data.default_world import default_toyworld
 from xmr.data.records import ImageRecord
 from xmr.data.registry import check_data_folder
 from xmr.data.synthetic import MANIFEST, ROW_SCHEMA
@@ -81,6 +80,7 @@ from xmr.synth.stages import (
     plan_inputs,
 )
 from xmr.text import FLICKR30K_ODMAP_CLASSES
+from xmr.toyworld.default_world import default_toyworld
 
 if TYPE_CHECKING:  # the executor imports Ray: loaded only when a build runs
     from xmr.pipeline.ray_executor import RayExecutor

@@ -125,7 +125,7 @@ def plan_rows(
 
     Args:
         record: the source image.
-        plans: its removal plans (:meth:`~xmr.data.records.ImageRecord.removal_plans`).
+        plans: its removal plans (:func:`~xmr.removal.planning.removal_plans`).
         mentions: the classes each caption of ``record`` mentions (caption order), or None when
             every caption is eligible (prompt / captioner captions).
         captions_per_image: captions drawn per plan, None for all eligible ones.

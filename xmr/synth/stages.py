@@ -21,7 +21,7 @@ from xmr.data.images import decode_image, load_image
 from xmr.data.records import Caption, ImageRecord, ObjectAnnotation
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.removal.fill import CPU_FILLS, Fill
-from xmr.removal.planning import box_mask
+from xmr.removal.planning import box_mask, removal_plans
 from xmr.synth.captions import ImageCaptioner, prompt_caption, rewrite_caption
 from xmr.synth.config import SynthConfig
 from xmr.synth.rows import (
@@ -216,7 +216,7 @@ class PlanRows(Stage):
                 continue
             record = ImageRecord.from_dict(json.loads(text))
             try:
-                plans = record.removal_plans(c.alpha1, c.alpha2, c.alpha3)
+                plans = removal_plans(record, c.alpha1, c.alpha2, c.alpha3)
             except ValueError as exc:
                 rows.append(self._error_row(key, self.name, *_describe(exc)))
                 continue

@@ -37,7 +37,6 @@ from ray.experimental.tqdm_ray import tqdm
 from xmr.compare.per_query import PER_QUERY_FILE, QueryValues, write_per_query
 from xmr.data import read_dataset
 from xmr.data.fashiongen import read_product_ids
-from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.eval.benchmark import run_benchmark
 from xmr.eval.config import EvalConfig
 from xmr.eval.product_retrieval import product_retrieval
@@ -49,6 +48,7 @@ from xmr.models.batch import TrainBatch
 from xmr.models.gather import mean_over_workers
 from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
+from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.train.config import TrainConfig
 from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, Plateau
 from xmr.train.epoch import train_one_epoch

@@ -37,12 +37,12 @@ from ray.train.torch import TorchTrainer
 
 from xmr.compare.per_query import PER_QUERY_FILE
 from xmr.data import read_dataset
-from xmr.data.default_world import default_toyworld
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal
 from xmr.storage import ObjectPath, StoragePath, check_bucket
 from xmr.text import require_tagger
+from xmr.toyworld.default_world import default_toyworld
 from xmr.tracking import (
     TrackedRun,
     experiment_name,

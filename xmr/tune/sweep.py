@@ -231,8 +231,8 @@ def _prepare_inputs(
     evaluates when it names none (``base_model``, trained with ``xmr train``)."""
     fixed = dict(space.fixed)
     if space.command == "train" and fixed.get("synth") == DEFAULT_SYNTH:
-        from xmr.data.default_world import default_toyworld
         from xmr.synth.build import synthesize_defaults
+        from xmr.toyworld.default_world import default_toyworld
 
         if fixed.get("dataset", "toyworld") != "toyworld" or fixed.get("data"):
             raise SpaceError(f"{space.origin}: synth: default is D′ of the embedded ToyWorld only")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xmr.data.toyworld.classes import RGB
+from xmr.toyworld.draw import RGB
 
 
 @dataclass(frozen=True)

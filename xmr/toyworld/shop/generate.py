@@ -1,4 +1,5 @@
-"""ToyWorld shop mode: product photos with shop descriptions and EI-CLIP's tag entities.
+"""The shop world as a :class:`~xmr.toyworld.world.WorldMode`: product photos with shop
+descriptions and EI-CLIP's tag entities.
 
 Each image is one product on a plain light background. A product has a brand (a logo badge
 drawn on it: learnable from pixels), a category and subcategory (the silhouette), a style (drawn
@@ -21,9 +22,10 @@ Layout under ``out_dir`` (what :func:`xmr.data.toyworld_reader.read_toyworld` re
                                             "logo", attributes.brand) per image
     {split}/{image_id:012d}.png             images
 
-Ids and seeding follow the scene world (the driver both share: :mod:`xmr.data.toyworld.world`):
-image ids run from 1 across the splits in config order, image ``i`` of a split draws everything from
-``scene_rng(seed, split, i)``, so the output is byte-identical for a seed at any process count.
+Ids and seeding follow the scene world (the driver both share: :mod:`xmr.toyworld.world`):
+image ids run from 1 across the splits in config order, image ``i`` of a split draws everything
+from :func:`~xmr.toyworld.world.scene_rng` ``(seed, split, i)``, so the output is
+byte-identical for a seed at any process count.
 """
 
 from __future__ import annotations
@@ -34,19 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from xmr.data.toyworld.scene import scene_rng
-from xmr.data.toyworld.shop_catalogue import COMPOSITIONS, SEASON_WORDS, SUBCATEGORIES
-from xmr.data.toyworld.shop_config import ShopCaptions, ShopConfig, load_shop_config
-from xmr.data.toyworld.shop_render import Product, logo_box, render_product
-from xmr.data.toyworld.world import (
-    Chunk,
-    Items,
-    box_annotation,
-    resolve_config,
-    save_png,
-    write_coco_split,
-    write_world,
-)
+from xmr.toyworld.shop.catalogue import COMPOSITIONS, SEASON_WORDS, SUBCATEGORIES
+from xmr.toyworld.shop.config import ShopCaptions, ShopConfig, load_shop_config
+from xmr.toyworld.shop.render import Product, logo_box, render_product
+from xmr.toyworld.world import Item, Items, WorldMode, image_entry, save_png, scene_rng, write_coco
 
 #: COCO category ids: the subcategories in catalogue order, then the logo badge.
 CATEGORY_IDS = {name: i for i, name in enumerate([*SUBCATEGORIES, "logo"], start=1)}
@@ -116,41 +109,29 @@ def describe(product: Product, rng: np.random.Generator, captions: ShopCaptions)
     return " ".join(sentences)
 
 
-def _run_chunk(chunk: Chunk) -> list[dict[str, Any]]:
-    """Render and write one chunk; return each image's annotations (JSON-ready)."""
-    cfg = chunk.config
-    results = []
-    for i in range(chunk.start, chunk.stop):
-        image_id = chunk.first_id + i - chunk.start
-        rng = scene_rng(cfg.seed, chunk.split, i)
-        product = sample_product(cfg, rng)
-        description = describe(product, rng, cfg.captions)
-        file_name = f"{image_id:012d}.png"
-        save_png(render_product(product), Path(chunk.out_dir) / chunk.split / file_name)
-        results.append(
-            {
-                "image": {
-                    "id": image_id,
-                    "file_name": file_name,
-                    "width": cfg.image_size,
-                    "height": cfg.image_size,
-                    "entities": product.entities,
-                },
-                "objects": [
-                    (
-                        product.subcategory,
-                        list(product.box),
-                        {"colour": product.colour, "style": product.style_word},
-                    ),
-                    ("logo", list(product.logo), {"brand": product.brand.entity}),
-                ],
-                "caption": description,
-            }
-        )
-    return results
+def render_product_image(cfg: ShopConfig, out: Path, split: str, index: int, image_id: int) -> Item:
+    """Render image ``index`` of ``split`` into ``out``; return its item
+    (:data:`~xmr.toyworld.world.Item`): the product and its logo badge, one description."""
+    rng = scene_rng(cfg.seed, split, index)
+    product = sample_product(cfg, rng)
+    description = describe(product, rng, cfg.captions)
+    image = image_entry(image_id, cfg.image_size, entities=product.entities)
+    save_png(render_product(product), out / split / image["file_name"])
+    return {
+        "image": image,
+        "objects": [
+            (
+                product.subcategory,
+                list(product.box),
+                {"colour": product.colour, "style": product.style_word},
+            ),
+            ("logo", list(product.logo), {"brand": product.brand.entity}),
+        ],
+        "captions": [description],  # one per image: caption ids are image ids
+    }
 
 
-def _write_annotations(
+def write_shop_annotations(
     out: Path, cfg: ShopConfig, items: Items, info: dict[str, Any]
 ) -> dict[str, dict[str, Any]]:
     """The COCO files of every split; returns the per-split counts."""
@@ -162,25 +143,12 @@ def _write_annotations(
         }
         for name in CATEGORY_IDS
     ]
-    ann_id = 1
     counts: dict[str, dict[str, Any]] = {}
-    for split, split_items in items.items():
-        images, annotations, captions = [], [], []
-        for item in split_items:
-            image = item["image"]
-            images.append(image)
-            for category, (x, y, w, h), attributes in item["objects"]:
-                ann = box_annotation(ann_id, image["id"], CATEGORY_IDS[category], (x, y, w, h))
-                annotations.append({**ann, "attributes": attributes})
-                ann_id += 1
-            # One caption per image: its id is the image id.
-            text = item["caption"]
-            captions.append({"id": image["id"], "image_id": image["id"], "caption": text})
-        write_coco_split(out, split, info, images, annotations, categories, captions)
-        entities = [image["entities"] for image in images]
+    for split, coco in write_coco(out, items, categories, info).items():
+        entities = [image["entities"] for image in coco.images]
         counts[split] = {
-            "images": len(images),
-            "captions": len(captions),
+            "images": len(coco.images),
+            "captions": len(coco.captions),
             **{
                 f"per_{group}": dict(sorted(Counter(e[group] for e in entities).items()))
                 for group in ("brand", "subcategory")
@@ -189,25 +157,12 @@ def _write_annotations(
     return counts
 
 
-def generate_shop(
-    out_dir: str | Path,
-    config: ShopConfig | str | Path | None = None,
-    *,
-    seed: int | None = None,
-    progress: bool = False,
-) -> Path:
-    """Generate a shop world into ``out_dir`` (created; must be empty if it exists).
-
-    ``config`` is a :class:`ShopConfig`, a shop YAML path, or None for the packaged shop
-    defaults; the other arguments, the result and the errors are those of
-    :func:`~xmr.data.toyworld.generate.generate`.
-    """
-    cfg = resolve_config(config, seed, ShopConfig, load_shop_config)
-    return write_world(
-        out_dir,
-        cfg,
-        _run_chunk,
-        _write_annotations,
-        description="ToyWorld shop (xmr)",
-        progress=progress,
-    )
+SHOP = WorldMode(
+    name="shop",
+    config_type=ShopConfig,
+    load_config=load_shop_config,
+    render_image=render_product_image,
+    write_annotations=write_shop_annotations,
+    description="ToyWorld shop (xmr)",
+)
+"""The shop world, for :func:`xmr.toyworld.generate`."""

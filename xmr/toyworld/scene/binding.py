@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from xmr.data.toyworld.captions import PLACES, article, class_noun
-from xmr.data.toyworld.classes import CLASSES
-from xmr.data.toyworld.config import WorldConfig
-from xmr.data.toyworld.render import render
-from xmr.data.toyworld.scene import N_STYLE, Scene, SceneObject, finish_scene, object_size
-from xmr.data.toyworld.world import save_png, write_json
+from xmr.toyworld.scene.captions import PLACES, article, class_noun
+from xmr.toyworld.scene.classes import CLASSES
+from xmr.toyworld.scene.config import WorldConfig
+from xmr.toyworld.scene.render import render
+from xmr.toyworld.scene.sample import N_STYLE, Scene, SceneObject, finish_scene, object_size
+from xmr.toyworld.world import save_png, write_json
 
 BINDING_DIR = "binding"
 ITEMS_FILE = "binding/items.json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RGB = tuple[int, int, int]
+from xmr.toyworld.draw import RGB
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from xmr.data.toyworld.scene import Scene
+from xmr.toyworld.scene.sample import Scene
 
 Weighted = tuple[tuple[str, float], ...]
 

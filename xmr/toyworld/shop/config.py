@@ -1,10 +1,9 @@
 """Shop-mode configuration: frozen dataclasses read from YAML, validated key by key.
 
 The defaults live in ``shop.yaml`` next to this module. A user's YAML overrides them key by key
-with the scene world's rules (:mod:`xmr.data.toyworld.config`): the sections ``layout`` and
-``captions`` merge, every other value (lists, ``splits``, ``brands``) replaces the default.
-Unknown keys and bad values raise ``ValueError`` naming the file and the key
-(``shop.yaml: brands[2].glyph: ...``).
+(:func:`xmr.toyworld.config.merge`): the sections ``layout`` and ``captions`` merge, every other
+value (lists, ``splits``, ``brands``) replaces the default. Unknown keys and bad values raise
+``ValueError`` naming the file and the key (``shop.yaml: brands[2].glyph: ...``).
 """
 
 from __future__ import annotations
@@ -18,21 +17,22 @@ from typing import Any
 import yaml
 
 from xmr.data.records import normalise_entity
-from xmr.data.toyworld.config import (
-    _entries,
-    _fail,
-    _float,
-    _int,
-    _mapping,
-    _merge,
-    _name,
-    _names,
-    _splits,
+from xmr.toyworld.config import (
+    config_error,
+    entries,
+    integer,
+    mapping,
+    merge,
+    name,
+    names,
+    number,
     read_world_yaml,
+    split_counts,
 )
-from xmr.data.toyworld.shop_catalogue import CATEGORIES, COLOURS, GLYPHS, LOGO_COLOURS
+from xmr.toyworld.shop.catalogue import CATEGORIES, COLOURS, GLYPHS, LOGO_COLOURS
 
 SHOP_PATH = Path(__file__).with_name("shop.yaml")
+_MERGED_SECTIONS = ("layout", "captions")
 _SEASON = re.compile(r"(SS|FW)(\d{4})")
 _BRAND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9 '&.-]*")
 
@@ -102,7 +102,7 @@ class ShopConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<config>") -> ShopConfig:
         """Validate ``data`` merged over the defaults; errors name ``source`` and the key."""
-        return _parse(_merge(_default_dict(), data, source), source)
+        return _parse(merge(_default_dict(), data, source, _MERGED_SECTIONS), source)
 
 
 def load_shop_config(path: str | Path | None = None) -> ShopConfig:
@@ -121,45 +121,46 @@ def _brands(value: Any, source: str) -> tuple[Brand, ...]:
     brands: list[Brand] = []
     seen_names: dict[str, int] = {}
     seen_logos: dict[tuple[str, str], int] = {}
-    for i, entry in enumerate(_entries(value, "brands", source, fields)):
+    for i, entry in enumerate(entries(value, "brands", source, fields)):
         key = f"brands[{i}]"
-        name = entry["name"]
-        if not isinstance(name, str) or not _BRAND_NAME.fullmatch(name):
-            raise _fail(
+        brand_name = entry["name"]
+        if not isinstance(brand_name, str) or not _BRAND_NAME.fullmatch(brand_name):
+            raise config_error(
                 source,
                 f"{key}.name",
-                f"must start with a letter and hold letters, digits, spaces or '&.-, got {name!r}",
+                "must start with a letter and hold letters, digits, spaces or '&.-, "
+                f"got {brand_name!r}",
             )
         brand = Brand(
-            name=name,
-            glyph=_name(entry["glyph"], f"{key}.glyph", source, GLYPHS),
-            colour=_name(entry["colour"], f"{key}.colour", source, LOGO_COLOURS),
-            sells=_names(entry["sells"], f"{key}.sells", source, CATEGORIES),
+            name=brand_name,
+            glyph=name(entry["glyph"], f"{key}.glyph", source, GLYPHS),
+            colour=name(entry["colour"], f"{key}.colour", source, LOGO_COLOURS),
+            sells=names(entry["sells"], f"{key}.sells", source, CATEGORIES),
         )
         if not brand.sells:
-            raise _fail(source, f"{key}.sells", "needs at least one category")
+            raise config_error(source, f"{key}.sells", "needs at least one category")
         if brand.entity in seen_names:
             first = seen_names[brand.entity]
-            raise _fail(source, f"{key}.name", f"{name!r} repeats brands[{first}]")
+            raise config_error(source, f"{key}.name", f"{brand_name!r} repeats brands[{first}]")
         logo = (brand.glyph, brand.colour)
         if logo in seen_logos:
-            raise _fail(
+            raise config_error(
                 source, key, f"logo {brand.colour} {brand.glyph} repeats brands[{seen_logos[logo]}]"
             )
         seen_names[brand.entity] = seen_logos[logo] = i
         brands.append(brand)
     if not brands:
-        raise _fail(source, "brands", "needs at least one brand")
+        raise config_error(source, "brands", "needs at least one brand")
     return tuple(brands)
 
 
 def _parse(data: Mapping[str, Any], source: str) -> ShopConfig:
     if data["mode"] != "shop":
-        raise _fail(source, "mode", f"must be 'shop' for a shop world, got {data['mode']!r}")
-    splits = _splits(data["splits"], source)
-    colours = _names(data["colours"], "colours", source, COLOURS)
+        raise config_error(source, "mode", f"must be 'shop' for a shop world, got {data['mode']!r}")
+    splits = split_counts(data["splits"], source)
+    colours = names(data["colours"], "colours", source, COLOURS)
     if not colours:
-        raise _fail(source, "colours", "needs at least one colour")
+        raise config_error(source, "colours", "needs at least one colour")
     seasons = data["seasons"]
     if (
         not isinstance(seasons, list)
@@ -167,28 +168,28 @@ def _parse(data: Mapping[str, Any], source: str) -> ShopConfig:
         or not all(isinstance(s, str) and _SEASON.fullmatch(s) for s in seasons)
         or len(set(seasons)) != len(seasons)
     ):
-        raise _fail(
+        raise config_error(
             source, "seasons", f"must be distinct codes like SS2024 or FW2023, got {seasons!r}"
         )
-    lay = _mapping(data["layout"], "layout", source)
+    lay = mapping(data["layout"], "layout", source)
     layout = ShopLayout(
-        min_scale=_float(lay["min_scale"], "layout.min_scale", source, 0.2, 1),
-        max_scale=_float(lay["max_scale"], "layout.max_scale", source, 0.2, 1),
-        offset=_float(lay["offset"], "layout.offset", source, 0, 0.25),
-        logo_size=_float(lay["logo_size"], "layout.logo_size", source, 0.05, 0.3),
-        noise_std=_float(lay["noise_std"], "layout.noise_std", source, 0, 50),
+        min_scale=number(lay["min_scale"], "layout.min_scale", source, 0.2, 1),
+        max_scale=number(lay["max_scale"], "layout.max_scale", source, 0.2, 1),
+        offset=number(lay["offset"], "layout.offset", source, 0, 0.25),
+        logo_size=number(lay["logo_size"], "layout.logo_size", source, 0.05, 0.3),
+        noise_std=number(lay["noise_std"], "layout.noise_std", source, 0, 50),
     )
     if layout.max_scale < layout.min_scale:
-        raise _fail(source, "layout.max_scale", "must be >= layout.min_scale")
-    cap = _mapping(data["captions"], "captions", source)
+        raise config_error(source, "layout.max_scale", "must be >= layout.min_scale")
+    cap = mapping(data["captions"], "captions", source)
     captions = ShopCaptions(
-        brand_prob=_float(cap["brand_prob"], "captions.brand_prob", source, 0, 1),
-        logo_prob=_float(cap["logo_prob"], "captions.logo_prob", source, 0, 1),
-        max_details=_int(cap["max_details"], "captions.max_details", source, 0, 3),
+        brand_prob=number(cap["brand_prob"], "captions.brand_prob", source, 0, 1),
+        logo_prob=number(cap["logo_prob"], "captions.logo_prob", source, 0, 1),
+        max_details=integer(cap["max_details"], "captions.max_details", source, 0, 3),
     )
     return ShopConfig(
-        seed=_int(data["seed"], "seed", source, 0, 2**63 - 1),
-        image_size=_int(data["image_size"], "image_size", source, 48, 1024),
+        seed=integer(data["seed"], "seed", source, 0, 2**63 - 1),
+        image_size=integer(data["image_size"], "image_size", source, 48, 1024),
         splits=splits,
         colours=colours,
         seasons=tuple(seasons),

@@ -1,7 +1,7 @@
 """Drawing shop products: one product photo on a plain light background, with its brand logo.
 
 Products are flat front (garments, bags, caps, scarves) or side (shoes) views drawn with the
-scene world's :class:`~xmr.data.toyworld.render.Pen` in box fractions. The logo is a separate
+shared :class:`~xmr.toyworld.draw.Pen` in box fractions. The logo is a separate
 layer pasted last inside its own box (:func:`logo_box`), so two renders of the same product with
 different brands differ only there.
 """
@@ -16,10 +16,9 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from xmr.data.records import normalise_entity
-from xmr.data.toyworld.classes import RGB
-from xmr.data.toyworld.render import BLACK, Pen, gaussian_levels, jitter, mix, shade
-from xmr.data.toyworld.shop_catalogue import COLOURS, LOGO_COLOURS, SUBCATEGORIES
-from xmr.data.toyworld.shop_config import Brand
+from xmr.toyworld.draw import BLACK, RGB, Pen, jitter, mix, shade, with_noise
+from xmr.toyworld.shop.catalogue import COLOURS, LOGO_COLOURS, SUBCATEGORIES
+from xmr.toyworld.shop.config import Brand
 
 Box = tuple[int, int, int, int]
 WHITE: RGB = (246, 246, 242)
@@ -234,7 +233,7 @@ DRAWERS: dict[str, Drawer] = {
 
 
 def _glyph(pen: Pen, glyph: str, c: RGB) -> None:
-    """Draw logo ``glyph`` (one of :data:`~xmr.data.toyworld.shop_catalogue.GLYPHS`) in ``c``."""
+    """Draw logo ``glyph`` (one of :data:`~xmr.toyworld.shop.catalogue.GLYPHS`) in ``c``."""
     match glyph:
         case "circle":
             pen.ellipse(0.2, 0.2, 0.8, 0.8, c)
@@ -358,8 +357,4 @@ def render_product(product: Product) -> np.ndarray:
     lx, ly, side, _ = product.logo
     badge = draw_logo(product.brand.glyph, product.brand.colour, side)
     canvas.paste(badge, (lx, ly), badge)
-    if product.noise_std == 0:
-        return np.array(canvas)
-    levels = np.random.default_rng(product.noise_seed).integers(0, 256, (size, size, 3), np.uint8)
-    pixels = np.asarray(canvas).astype(np.int16) + gaussian_levels(product.noise_std)[levels]
-    return np.clip(pixels, 0, 255).astype(np.uint8)
+    return with_noise(canvas, product.noise_std, product.noise_seed)

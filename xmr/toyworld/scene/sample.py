@@ -17,14 +17,13 @@ removal rule (§3.1) frequent:
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from xmr.data.toyworld.classes import CLASSES, palette
-from xmr.data.toyworld.config import AttributeBias, WorldConfig
+from xmr.toyworld.scene.classes import CLASSES, palette
+from xmr.toyworld.scene.config import AttributeBias, WorldConfig
 
 Box = tuple[int, int, int, int]
 
@@ -76,11 +75,6 @@ class Scene:
     def counts(self) -> dict[str, int]:
         """Instances per class, in order of first appearance."""
         return dict(Counter(o.category for o in self.objects))
-
-
-def scene_rng(seed: int, split: str, index: int) -> np.random.Generator:
-    """The RNG of image ``index`` of ``split``: independent of every other image (parallel-safe)."""
-    return np.random.default_rng([seed, zlib.crc32(split.encode()), index])
 
 
 def sample_counts(config: WorldConfig, rng: np.random.Generator, *, biased: bool) -> dict[str, int]:
