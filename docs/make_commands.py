@@ -30,8 +30,9 @@ Every command's and job's flags, their defaults and help, as `--help` prints the
 generated: `python docs/make_commands.py` writes it from the command lines, and
 `tests/test_docs.py` fails when it differs from what they say. Do not edit it by hand.
 
-What every command shares (bad input, relative paths, logs, default folders, names) is in
-[architecture.md](architecture.md#what-every-command-shares).
+What each command does beyond its flags (what it reads and writes, how it resumes) is in
+[usage.md](usage.md); what every command shares (bad input, relative paths, logs, default
+folders, names) in [architecture.md](architecture.md#what-every-command-shares).
 """
 
 

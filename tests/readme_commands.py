@@ -3,12 +3,12 @@
 ``tests/test_docs.py`` imports the finders and runs this file as a script in a fresh interpreter
 (job scripts set up the console when they are imported, which a test process must not inherit):
 
-    python tests/readme_commands.py README.md   # JSON: per xmr command or job, parsed or why not
+    python tests/readme_commands.py README.md docs/*.md   # JSON: per command, parsed or why not
 
 Each ``xmr`` command and job script is parsed with its flags and values (a renamed flag or a
-value of the wrong type fails); each job without ``--dataset`` (those run on ToyWorld) runs with
-``--dry-run`` in the current folder: it checks every option and prints its plan, writing
-nothing.
+value of the wrong type fails); each README job without ``--dataset`` (those run on ToyWorld)
+runs with ``--dry-run`` in the current folder: it checks every option and prints its plan,
+writing nothing. The other pages' commands are parsed only.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def _app(argv: list[str]) -> tuple[typer.Typer, list[str]]:
     return module.app, argv[2:]
 
 
-def check(argv: list[str]) -> dict[str, Any]:
-    """``argv`` parsed by its command (``error``: why not), and a job's ``--dry-run``
-    (``exit_code``, ``output``) when it runs on ToyWorld."""
+def check(argv: list[str], *, dry_run: bool = True) -> dict[str, Any]:
+    """``argv`` parsed by its command (``error``: why not), and with ``dry_run`` a job's
+    ``--dry-run`` (``exit_code``, ``output``) when it runs on ToyWorld."""
     from typer.testing import CliRunner
 
     app, rest = _app(argv)
@@ -96,18 +96,24 @@ def check(argv: list[str]) -> dict[str, Any]:
     except Exception as exc:  # click's usage errors: an unknown flag, a bad value
         result["error"] = f"{type(exc).__name__}: {exc}"
         return result
-    if is_job(argv) and "--dataset" not in argv:
+    if dry_run and is_job(argv) and "--dataset" not in argv:
         ran = CliRunner().invoke(app, [*rest, "--dry-run"])
         result.update(exit_code=ran.exit_code, output=ran.output)
     return result
 
 
-def main(readme: str) -> None:
-    text = Path(readme).read_text()
-    found = [argv for command in readme_commands(text) for argv in invocations(command)]
-    unique = [json.loads(a) for a in dict.fromkeys(json.dumps(argv) for argv in found)]
-    print(json.dumps([check(argv) for argv in unique]))
+def main(readme: str, *pages: str) -> None:
+    """Print the :func:`check` of every command of ``readme`` (jobs on ToyWorld dry-run) and of
+    ``pages`` (parsed only), each once, as one JSON list."""
+    results, seen = [], set()
+    for page, run_jobs in [(readme, True), *((p, False) for p in pages)]:
+        for command in readme_commands(Path(page).read_text()):
+            for argv in invocations(command):
+                if json.dumps(argv) not in seen:
+                    seen.add(json.dumps(argv))
+                    results.append({"page": page, **check(argv, dry_run=run_jobs)})
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -131,20 +131,21 @@ def test_the_fast_tier_is_the_slow_marker() -> None:
 
 
 def test_readme_commands_parse_and_the_jobs_print_their_plans(tmp_path: Path) -> None:
-    """Each xmr command and job of README, flags and values, as its command line reads them;
-    each job on ToyWorld with --dry-run: it checks its options and prints its plan, writing
-    nothing (tests/readme_commands.py, in a fresh interpreter)."""
+    """Each xmr command and job of README and docs/, flags and values, as its command line
+    reads them; each README job on ToyWorld with --dry-run: it checks its options and prints
+    its plan, writing nothing (tests/readme_commands.py, in a fresh interpreter)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}
     env.pop("XMR_STORAGE", None)
+    pages = [str(p) for p in sorted((REPO / "docs").rglob("*.md"))]
     ran = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "readme_commands.py"), str(README)],
+        [sys.executable, str(REPO / "tests" / "readme_commands.py"), str(README), *pages],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
     results = json.loads(ran.stdout.strip().splitlines()[-1])
     assert len(results) >= 10
     for result in results:
-        command = shlex.join(result["argv"])
+        command = f"{Path(result['page']).name}: {shlex.join(result['argv'])}"
         assert result["error"] is None, f"{command}: {result['error']}"
         if "exit_code" in result:
             assert result["exit_code"] == 0, f"{command} --dry-run:\n{result['output']}"
