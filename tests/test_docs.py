@@ -175,22 +175,24 @@ def test_mlflow_ui_serves_the_store(tmp_path: Path) -> None:
     (line,) = [c for c in readme_commands(README.read_text()) if c.startswith("mlflow ui")]
     port = free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
-    argv = [str(mlflow), *shlex.split(line)[1:], "--host", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(
-        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
+    argv = [str(mlflow), *shlex.split(line)[1:], "--host", "127.0.0.1", "--port", str(port),
+            "--workers", "1"]  # fmt: skip
+    log = tmp_path / "mlflow-ui.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            argv, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
                     assert r.status == 200
                     break
             except OSError:
-                assert server.poll() is None, "mlflow ui exited"
+                assert server.poll() is None, f"mlflow ui exited:\n{log.read_text()[-3000:]}"
                 if time.monotonic() > deadline:
-                    pytest.fail("mlflow ui did not answer within 120 s")
+                    pytest.fail(f"mlflow ui did not answer in 300 s:\n{log.read_text()[-3000:]}")
                 time.sleep(0.5)
         assert (tmp_path / "mlflow.db").is_file()
     finally:
