@@ -162,7 +162,7 @@ INPUTS: dict[str, Figure] = {
         "460,908 hard-negative pairs x 2 rows / 287,600 source examples (xmr's default "
         "--no-filter-confidence; with --filter-confidence 228,605 pairs: 1.59). Not measured: "
         "--llm oracle answers only for ToyWorld, and on ToyWorld (colour only, "
-        'bench/RESULTS.md "BiAug on ToyWorld") it was 4,076 rows / 2,000 examples = 2.04',
+        'docs/results/biaug.md "BiAug on ToyWorld") it was 4,076 rows / 2,000 examples = 2.04',
     ),
     "captions_per_image": assumed(
         1, "examples/image", "xmr synth's default --captions-per-image 1 (a choice, not a measure)"

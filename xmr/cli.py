@@ -400,7 +400,7 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
         "ODmAP@K: how often the top captions for an image with objects removed describe what is "
         f"left and not what was removed (higher is better). Here {budget}. One training seed: "
         "each interval covers the test queries, not training's variance. Repeated over three "
-        "ToyWorlds and three seeds each (bench/RESULTS.md), D′'s gain at equal steps does not "
+        "ToyWorlds and three seeds each (docs/results/odmap.md), D′'s gain at equal steps does not "
         "hold up: small and positive on this world, negative and level on two others. Trained "
         "to convergence (one seed a world) D ∪ D′ leads on all three, with an interval that "
         "excludes 0 only on this world (+0.085 ODmAP@1). The paper's gain is for pretrained "

@@ -15,9 +15,10 @@ are men or women by fair coin flips (a balanced gallery, an unbiased model),
 ``Δ_K = (2M − K) / K`` with ``M ~ Binomial(K, 1/2)``, so ``sd = 1 / sqrt(K)``
 (:func:`delta_sd`), the null model's spread. A trained model spreads its queries far more, as
 a query's top K tends to be of one gender: on ToyWorld's gender split, 3-epoch ``xmr-tiny``
-models gave Δ_10 a standard deviation of 0.51–0.75 per linked class (``bench/RESULTS.md``), the
-figure :data:`TRAINED_DELTA_SD` keeps for sizing. The captions of one image are near-duplicates
-once made gender-neutral; counting images rather than captions as ``n`` is the cautious bound.
+models gave Δ_10 a standard deviation of 0.51–0.75 per linked class
+(``docs/results/gender.md``), the figure :data:`TRAINED_DELTA_SD` keeps for sizing. The
+captions of one image are near-duplicates once made gender-neutral; counting images rather than
+captions as ``n`` is the cautious bound.
 
 ToyWorld's default gender split, 100 images a linked class (about 400 gender-neutral captions
 that mention the class), detects a per-class Bias@10 of 0.1 counting captions, 0.2 counting
@@ -38,7 +39,8 @@ from statistics import NormalDist
 
 TRAINED_DELTA_SD = 0.7
 """A query's Δ_10 standard deviation as trained ``xmr-tiny`` models showed it on ToyWorld's
-gender split (0.51–0.75 per linked class, ``bench/RESULTS.md``): what the split is sized for."""
+gender split (0.51–0.75 per linked class, ``docs/results/gender.md``): what the split is sized
+for."""
 
 
 def _z_sum(confidence: float, power: float) -> float:
