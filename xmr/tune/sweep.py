@@ -25,46 +25,31 @@ per-query values are left unmarked.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
-import tempfile
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import ray
-import yaml
 from ray import tune
 
-from xmr.compare.per_query import QueryValues
 from xmr.pipeline.ray_executor import init_ray
 from xmr.stops import Stopped, on_stop
 from xmr.storage import StoragePath, as_path, check_bucket, storage_path
 from xmr.text import require_tagger
 from xmr.tracking import (
-    PARENT_TAG,
     TrackedRun,
     ending_status,
     experiment_name,
     find_runs,
     is_finite_number,
-    recorded_run,
     resolve_tracking_uri,
-    start_run,
-    write_run_record,
 )
 from xmr.tune.options import DEFAULT_STORAGE
-from xmr.tune.pareto import (
-    front_line,
-    front_marks,
-    objective_values,
-    pareto_ties,
-    plot_pareto,
-)
+from xmr.tune.outcome import SweepResult, error_reason, log_outcome, log_trials, status_of
+from xmr.tune.record import default_sweep_name, end_sweep_runs, parent_run
 from xmr.tune.space import DEFAULT_SYNTH, Domain, SearchSpace, SpaceError
 from xmr.tune.trial_lines import TrialLines
 from xmr.tune.trials import (
@@ -77,68 +62,10 @@ from xmr.tune.trials import (
     trials_that_fit,
 )
 
-SWEEP_FILE = "xmr_sweep.json"
-PARENT_ID_KEY = "parent_run_id"  # the parent run's id in SWEEP_FILE
-
 
 class SweepInterrupted(Stopped):
     """The sweep stopped before every trial ran (Ctrl-C or SIGTERM); its state is saved to
     resume."""
-
-
-@dataclass
-class SweepResult:
-    """One row per trial (``trials``), the best trial's row, the parent run and folder."""
-
-    name: str
-    parent_run_id: str
-    experiment: str
-    trials: pd.DataFrame
-    best: dict[str, Any] | None
-    path: StoragePath
-    artifacts: list[str]
-
-    @property
-    def failed(self) -> pd.DataFrame:
-        return self.trials[self.trials["status"] != "FINISHED"]
-
-
-def space_digest(space: SearchSpace) -> str:
-    """Hash of what decides the trials (fixed options, domains, search, metrics)."""
-    keep = {
-        "command": space.command,
-        "fixed": space.fixed,
-        "params": {k: [d.kind, list(d.values)] for k, d in space.params.items()},
-        "search": space.search,
-        "scheduler": space.scheduler.__dict__,
-        "num_samples": space.num_samples,
-        "base_model": space.base_model,
-        "metrics": [m.__dict__ for m in space.metrics],
-    }
-    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
-def default_sweep_name(space: SearchSpace) -> str:
-    return f"{space.name}-{space_digest(space)}"
-
-
-def space_yaml(space: SearchSpace) -> str:
-    """The space as it runs (command-line overrides applied), as YAML."""
-    data = {
-        "description": space.description,
-        "command": space.command,
-        "fixed": {k: str(v) if isinstance(v, Path) else v for k, v in space.fixed.items()},
-        "params": {k: {d.kind: list(d.values)} for k, d in space.params.items()},
-        "search": space.search,
-        "scheduler": "none" if space.scheduler.name == "none" else space.scheduler.__dict__,
-        "metrics": [m.__dict__ for m in space.metrics],
-        "pareto": [list(p) for p in space.pareto],
-        "resources": {"cpus": space.cpus, "gpus": space.gpus},
-        "num_samples": space.num_samples,
-        "max_concurrent": space.max_concurrent,
-        "base_model": space.base_model,
-    }
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def _check_dry(space: SearchSpace) -> None:
@@ -165,63 +92,6 @@ def _check_dry(space: SearchSpace) -> None:
                 eval_config(**options)
     except (TypeError, ValueError, FileNotFoundError, LookupError) as exc:
         raise SpaceError(f"{space.origin}: a trial's options are invalid: {exc}") from exc
-
-
-def _parent_run(
-    space: SearchSpace,
-    name: str,
-    sweep_dir: StoragePath,
-    uri: str,
-    experiment: str,
-    job_run_id: str | None,
-) -> TrackedRun:
-    """The sweep's MLflow parent run (RUNNING): the one a previous attempt started, or a new
-    one (nested under ``job_run_id`` when the sweep is a job's step)."""
-    record = sweep_dir / SWEEP_FILE
-    digest = space_digest(space)
-    if record.is_file():
-        saved = json.loads(record.read_text())
-        if saved["space_digest"] != digest:
-            raise SpaceError(
-                f"{sweep_dir} holds sweep {name!r} of another space ({saved['space_digest']} "
-                f"vs {digest}); use another --name, or the same space to resume it"
-            )
-    resumed = recorded_run(record, PARENT_ID_KEY, uri)
-    if resumed is not None:
-        return resumed
-    with start_run(
-        experiment,
-        run_name=name,
-        tracking_uri=uri,
-        tags={
-            "xmr.command": "tune",
-            "xmr.sweep_id": name,
-            "xmr.space": space.name,
-            "xmr.metrics": ",".join(m.name for m in space.metrics),
-            "mlflow.note.content": space.description,
-        },
-        parent_run_id=job_run_id,
-        keep_running=True,
-    ) as run:
-        run.log_params(
-            {
-                "sweep.command": space.command,
-                "sweep.search": space.search,
-                "sweep.scheduler": space.scheduler.name,
-                "sweep.swept": ",".join(space.params),
-                "sweep.objective": space.objective.label,
-                "sweep.objective_mode": space.objective.mode,
-                "sweep.num_samples": str(space.num_samples),
-                "sweep.cpus_per_trial": str(space.cpus),
-                "sweep.gpus_per_trial": str(space.gpus),
-                **{f"sweep.fixed.{k}": str(v) for k, v in space.fixed.items()},
-            }
-        )
-        run.log_text(space_yaml(space), "space.yaml")
-    write_run_record(
-        record, run, PARENT_ID_KEY, {"space_digest": digest, "space": space_yaml(space)}
-    )
-    return run
 
 
 def _prepare_inputs(
@@ -399,24 +269,24 @@ def run_sweep(
     check_bucket(sweep_dir, "--storage")
     uri = resolve_tracking_uri(tracking_uri)
     experiment = experiment or experiment_name("tune", space.name)
-    parent = _parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
+    parent = parent_run(space, name, sweep_dir, uri, experiment, parent_run_id)
     try:
         init_ray(address)
         # A stop marks the sweep's runs KILLED first, then Tune saves its state and stops.
-        with on_stop(partial(_end_sweep_runs, parent, experiment, "KILLED")):
+        with on_stop(partial(end_sweep_runs, parent, experiment, "KILLED")):
             trials = _run_trials(
                 space, name, sweep_dir, experiment, parent, address, max_concurrent
             )
         ended = int(trials["status"].isin(["FINISHED", "FAILED"]).sum()) if len(trials) else 0
         if ended < space.trial_count:  # Ctrl-C or SIGTERM: Tune saved its state and stopped
-            _log_trials(parent, trials)
+            log_trials(parent, trials)
             raise SweepInterrupted(
                 f"sweep {name} stopped after {ended} of {space.trial_count} trials "
                 "(trials.csv says which); rerun the same command to resume it"
             )
-        trials, best, artifacts = _finish(space, trials, name, parent)
+        trials, best, artifacts = log_outcome(space, trials, name, parent)
     except BaseException as exc:
-        _end_sweep_runs(parent, experiment, ending_status(exc))
+        end_sweep_runs(parent, experiment, ending_status(exc))
         raise
     return SweepResult(name, parent.run_id, experiment, trials, best, sweep_dir, artifacts)
 
@@ -471,16 +341,6 @@ def _run_trials(
     return _trials_frame(space, tuner.fit(), context)
 
 
-def _end_sweep_runs(parent: TrackedRun, experiment: str, status: str) -> None:
-    """End the parent run with ``status`` and the child runs still RUNNING (the trials that a
-    stop or a failure of the sweep cut short) KILLED: no run of the sweep stays RUNNING."""
-    parent.end(status)
-    children = find_runs(experiment, {PARENT_TAG: parent.run_id}, tracking_uri=parent.tracking_uri)
-    for child in children:
-        if child.info.status == "RUNNING":
-            TrackedRun(child.info.run_id, parent.tracking_uri).end("KILLED")
-
-
 def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.DataFrame:
     """One row per trial: id, child run, status, error, swept values, the space's metrics."""
     children = {
@@ -504,7 +364,7 @@ def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.Da
             # Tune marks a trial's last result done when it ends (returned, or stopped by the
             # scheduler); one that a stop cut short has none.
             "status": "FAILED" if result.error else status_of(metrics),
-            "error": _error_reason(result.error, run) if result.error else "",
+            "error": error_reason(result.error, run) if result.error else "",
         }
         for key in space.params:
             row[key] = config.get(key)
@@ -516,107 +376,3 @@ def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.Da
     if not frame.empty:
         frame = frame.sort_values([*space.params, "trial_id"], kind="stable").reset_index(drop=True)
     return frame
-
-
-def status_of(metrics: dict[str, Any]) -> str:
-    """A trial's status in ``trials.csv`` from its last result (not failed): FINISHED when Tune
-    marked it done, else UNFINISHED (a stop cut it short; a rerun resumes it).
-
-    >>> status_of({"done": True, "test/bias_at_10": 0.1}), status_of({"trial_id": "a1"})
-    ('FINISHED', 'UNFINISHED')
-    """
-    return "FINISHED" if metrics.get("done") else "UNFINISHED"
-
-
-def _log_trials(parent: TrackedRun, trials: pd.DataFrame) -> None:
-    """Log ``trials`` as the parent run's ``trials.csv``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trials.csv"
-        trials.to_csv(path, index=False)
-        parent.log_artifact(path)
-
-
-def _error_reason(error: BaseException, run: Any) -> str:
-    """Why a trial failed: the reason its child run recorded, else the error's last line."""
-    if run is not None and run.data.tags.get("xmr.error"):
-        return run.data.tags["xmr.error"]
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else type(error).__name__)[:500]
-
-
-def _finish(
-    space: SearchSpace, trials: pd.DataFrame, name: str, parent: TrackedRun
-) -> tuple[pd.DataFrame, dict[str, Any] | None, list[str]]:
-    """Log the sweep's outcome into the parent run and close it; the trials with a
-    ``pareto_<x>_vs_<y>`` column per Pareto pair (:func:`front_marks`; empty for the trials not
-    plotted: failed, or without both metrics)."""
-    objective = space.objective
-    done = trials[trials["status"] == "FINISHED"] if not trials.empty else trials
-    best = None
-    if not done.empty and done[objective.name].notna().any():
-        score = done[objective.name].map(objective.value)
-        index = score.idxmax() if objective.mode == "max" else score.idxmin()
-        best = trials.loc[index].to_dict()
-    trials = trials.copy()
-    artifacts = []
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        if best is not None:
-            payload = {
-                "trial_id": best["trial_id"],
-                "mlflow_run_id": best["mlflow_run_id"],
-                "selected_by": f"{objective.mode} {objective.label}",
-                "config": {**space.fixed, **{k: best[k] for k in space.params}},
-                "metrics": {m.name: best[m.name] for m in space.metrics},
-            }
-            (folder / "best_config.json").write_text(
-                json.dumps(payload, indent=2, default=str) + "\n"
-            )
-            parent.log_artifact(folder / "best_config.json")
-            artifacts.append("best_config.json")
-            parent.log_metrics(
-                {
-                    f"best/{m.name}": float(best[m.name])
-                    for m in space.metrics
-                    if is_finite_number(best[m.name])
-                }
-            )
-        plotted = done.dropna(subset=[m.name for m in space.metrics]) if not done.empty else done
-        names = plotted["run_name"].tolist() if not plotted.empty else []
-        per_query: dict[str, dict[str, QueryValues] | None] = {}  # run id -> its values
-        for pair, (x_name, y_name) in enumerate(space.pareto):
-            if plotted.empty:
-                break
-            x, y = space.metric(x_name), space.metric(y_name)
-            slug = f"{_slug(x_name)}_vs_{_slug(y_name)}"
-            ties = pareto_ties(plotted, x, y, tracking_uri=parent.tracking_uri, per_query=per_query)
-            file = f"pareto_{slug}.png"
-            front = plot_pareto(
-                plotted,
-                x,
-                y,
-                labels=names,
-                path=folder / file,
-                title=f"{name}: {len(plotted)} trials, front in red",
-                ties=ties,
-            )
-            trials.loc[plotted.index, f"pareto_{slug}"] = front_marks(front, ties, names)
-            parent.log_artifact(folder / file)
-            artifacts.append(file)
-            if pair == 0:
-                xs = objective_values(plotted, x, y)[:, 0]
-                parent.set_tag("xmr.pareto_front", front_line(xs, front, ties, names))
-        _log_trials(parent, trials)
-        artifacts.insert(0, "trials.csv")
-    parent.log_metrics(
-        {
-            "sweep/trials": float(len(trials)),
-            "sweep/failed": float((trials["status"] == "FAILED").sum()),
-        }
-    )
-    parent.end("FINISHED")
-    return trials, best, artifacts
-
-
-def _slug(metric: str) -> str:
-    return metric.replace("/", "_")
