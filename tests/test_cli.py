@@ -25,9 +25,9 @@ from xmr.data import DATASETS, read_dataset
 from xmr.data.synthetic import DATA_DIR, MANIFEST, ROW_SCHEMA
 from xmr.eval.config import EvalConfig
 from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
+from xmr.fields import ClusterOptions, flag, option_fields
 from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
-from xmr.options import ClusterOptions, flag, option_fields
 from xmr.synth.command import SynthFile
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
@@ -87,7 +87,7 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
         init=tmp_path / "x.pt", name="run", storage=tmp_path / "runs", seed=5, eval_every=1,
         max_failures=0, precision="bf16", accum_steps=2,
     )  # fmt: skip
-    config = given.config()
+    config = TrainConfig.from_options(given)
     assert config.model == ModelSpec("clip", "xmr-tiny", None, tmp_path / "x.pt")
     assert (config.optim.lr, config.loss.fair_alpha) == (0.01, 0.3)
     for name in (options & config_fields) - {"model"}:
@@ -288,8 +288,8 @@ def test_a_ratio_beyond_dprime_says_how_much_it_used(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gitignore_covers_every_default_output_folder() -> None:
     from xmr.cli import DemoOptions
+    from xmr.fields import OPTION
     from xmr.jobs.options import DEFAULT_STORAGE as JOB_STORAGE
-    from xmr.options import OPTION
     from xmr.synth.config import DEFAULT_OUT
     from xmr.tracking import ARTIFACTS_DIR, DEFAULT_DB
     from xmr.train.options import DEFAULT_STORAGE as TRAIN_STORAGE

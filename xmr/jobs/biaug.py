@@ -54,6 +54,7 @@ from xmr.benchmarks import (
 )
 from xmr.data.registry import DATASETS, check_data_root
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
+from xmr.fields import check_options, option, parameter_names, resolve_paths
 from xmr.jobs.commands import GLOBAL_STEP, eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
     comparison_table,
@@ -63,7 +64,6 @@ from xmr.jobs.comparison import (
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
-from xmr.options import check_options, option, parameter_names, resolve_paths
 from xmr.storage import StoragePath
 
 PACKAGED_WORLD = "binding"

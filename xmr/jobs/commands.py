@@ -66,8 +66,8 @@ def synth_step(
         ValueError: a value out of bounds or contradicting another, or an LLM that cannot run
             (no ``--llm-model``; checked now, as ``xmr synth`` checks it before Ray starts).
     """
+    from xmr.fields import parameter_names
     from xmr.llm import LLMSpec
-    from xmr.options import parameter_names
     from xmr.synth.config import load_configs, load_llm_spec
 
     config, runtime = load_configs(None, {**values, "run_name": name})
@@ -218,9 +218,12 @@ def eval_step(
     scored = BenchmarkOptions(**(benchmark or {}))
 
     def run(context: StepContext) -> StepOutcome:
+        from xmr.eval.config import EvalConfig
         from xmr.eval.evaluation import run_evaluation
 
-        evaluation = run_evaluation(options.config(), scored, address=context.address)
+        evaluation = run_evaluation(
+            EvalConfig.from_options(options), scored, address=context.address
+        )
         evaluation.print()
         evaluation.write_json(output)
         run_id = evaluation.log(

@@ -38,11 +38,11 @@ from pathlib import Path
 from rich.console import Group
 
 from xmr.data.registry import check_data_root
+from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.options import check_options, option, resolve_paths
 from xmr.storage import StoragePath
 
 DATASETS = ("toyworld", "fashiongen")

@@ -34,11 +34,11 @@ from functools import partial
 from rich.table import Table
 
 from xmr.data.registry import DATASETS, check_data_root
+from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import GLOBAL_STEP, synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.options import check_options, option, resolve_paths
 from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
 from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH

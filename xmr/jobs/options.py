@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr.options import check_name, check_options, option, resolve_paths
+from xmr.fields import check_name, check_options, option, resolve_paths
 from xmr.storage import StoragePath
 
 DEFAULT_STORAGE = Path("xmr-jobs")
