@@ -198,8 +198,8 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
 
     # Real data: the LLM the user names, and xmr synth's components (GroundingDINO, SD).
     options = BiAugJobOptions(
-        dataset="coco", data=tmp_path, llm="openai", llm_model="gpt-4o-mini",
-        llm_url="http://127.0.0.1:9/v1", epochs=2,
+        dataset="coco", data=tmp_path, epochs=2,
+        llm={"backend": "openai", "model": "gpt-4o-mini", "url": "http://127.0.0.1:9/v1"},
     )  # fmt: skip
     console = Console(record=True, width=1000)
     print_plan(biaug_job(options, JobOptions(storage=tmp_path / "jobs")), console)
@@ -218,9 +218,12 @@ def test_the_biaug_job_refuses_bad_options_before_any_step(tmp_path: Path) -> No
 
     storage = JobOptions(storage=tmp_path / "jobs")
     for values, error in (
-        ({"llm": "openai"}, "--llm-model is required with --llm openai"),
+        ({"llm": {"backend": "openai"}}, "--llm-model is required with --llm openai"),
         ({"fill": "telea"}, "--fill 'telea' is not one of sd, render with --mode biaug"),
-        ({"dataset": "coco", "data": tmp_path, "llm": "oracle"}, "--llm oracle answers from"),
+        (
+            {"dataset": "coco", "data": tmp_path, "llm": {"backend": "oracle"}},
+            "--llm oracle answers from",
+        ),
     ):
         with pytest.raises(ValueError, match=error):
             biaug_job(BiAugJobOptions(**values), storage)

@@ -380,3 +380,13 @@ def option_values(values: Any) -> dict[str, Any]:
         names = parameter_names(item.metadata[GROUP])
         flat.update({names[key]: value for key, value in given_group(values, item.name).items()})
     return flat
+
+
+def changed_options(values: Any) -> dict[str, Any]:
+    """The options of the dataclass ``values`` that differ from their defaults, by the names
+    their flags go by (``llm_model``), in field order."""
+    return {
+        parameter_name(item): getattr(values, item.name)
+        for item in option_fields(type(values))
+        if getattr(values, item.name) != item.default
+    }

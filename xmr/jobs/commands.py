@@ -15,11 +15,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xmr.fields import changed_options
 from xmr.jobs.options import command_line
 from xmr.jobs.steps import Step, StepContext, StepOutcome
 from xmr.storage import ObjectPath, StoragePath, put_folder
 
 if TYPE_CHECKING:
+    from xmr.llm import LLMSpec
     from xmr.tune.space import SearchSpace
 
 
@@ -55,23 +57,20 @@ def world_step(
 
 
 def synth_step(
-    name: str, summary: str, values: Mapping[str, Any], llm: Mapping[str, Any] | None = None
+    name: str, summary: str, values: Mapping[str, Any], llm: LLMSpec | None = None
 ) -> Step:
     """Build D′ (``xmr synth``) with ``values``: the fields of
     :class:`~xmr.synth.config.SynthConfig` and :class:`~xmr.synth.config.SynthRuntime` by
-    name (``out`` included), and for ``--mode biaug`` the LLM's (:class:`~xmr.llm.LLMSpec`
-    fields by name: ``backend``, ``model``, ``url``, ...).
+    name (``out`` included), and for ``--mode biaug`` the LLM ``llm``.
 
     Raises:
         ValueError: a value out of bounds or contradicting another, or an LLM that cannot run
             (no ``--llm-model``; checked now, as ``xmr synth`` checks it before Ray starts).
     """
-    from xmr.fields import parameter_names
-    from xmr.llm import LLMSpec
-    from xmr.synth.config import load_configs, load_llm_spec
+    from xmr.synth.config import load_configs
 
     config, runtime = load_configs(None, {**values, "run_name": name})
-    spec = load_llm_spec(None, dict(llm or {})) if config.mode == "biaug" else None
+    spec = llm if config.mode == "biaug" else None
     if spec is not None:
         spec.check_ready()
 
@@ -108,9 +107,9 @@ def synth_step(
         counts = {key: float(manifest[key]) for key in ("planned", "written", "errors")}
         return StepOutcome(run_id, counts, {"dprime": str(result.out)})
 
-    flags = parameter_names(LLMSpec)  # the LLM's fields go by their flags: model -> llm_model
     shown = {k: v for k, v in values.items() if k != "progress"}
-    shown.update({flags[k]: v for k, v in (llm or {}).items()})
+    if spec is not None:  # the LLM's flags set away from their defaults, --llm always
+        shown.update({"llm": spec.backend, **changed_options(spec)})
     return Step(name, summary, command_line("xmr synth", shown), run)
 
 

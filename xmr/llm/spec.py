@@ -52,7 +52,7 @@ class LLMSpec:
     backend: str = option(
         "openai",
         "LLM backend: openai, hf, vllm or oracle (oracle: ToyWorld ground truth, for BiAug on a "
-        "scene ToyWorld).",
+        "scene ToyWorld; the BiAug job's default there, and --llm required elsewhere).",
         flag="llm",
     )
     model: str | None = option(
