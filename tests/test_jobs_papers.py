@@ -182,13 +182,14 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
         f"$ xmr data toyworld --out {folder / 'world'} --config binding --seed 0",
         "--captions-per-image 2 --fill render --boxes gt --max-error-rate 0.5",
         "--llm oracle",
-        "--name train-d --steps <train-d-dprime's steps>",  # read from that run
+        "--name train-d --storage",
+        "--steps <train-d-dprime's steps>",  # read from that run
         f"--epochs 2 --synth {folder / 'dprime'} --synth-ratio 0.5 --name train-d-dprime",
         f"$ xmr eval --benchmark aro --data {aro} --checkpoint "
-        f"{folder / 'runs' / 'train-d-dprime' / 'last.pt'} --seed 0 --output "
+        f"{folder / 'runs' / 'train-d-dprime' / 'last.pt'} --output "
         f"{folder / 'eval' / 'aro-d-dprime.json'}",
         f"$ xmr eval --benchmark sugarcrepe --data {sugarcrepe} --checkpoint "
-        f"{folder / 'runs' / 'train-d' / 'last.pt'} --seed 0 --output "
+        f"{folder / 'runs' / 'train-d' / 'last.pt'} --output "
         f"{folder / 'eval' / 'sugarcrepe-d.json'}",
         "MLflow: experiment xmr/jobs/biaug on sqlite:///",
     ):
@@ -300,12 +301,12 @@ def test_the_eiclip_job_prints_its_plan_on_fashiongen(tmp_path: Path) -> None:
     )  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     folder = tmp_path / "jobs" / "fg"
-    same = (f"--arch ViT-B-32 --epochs 20 --batch-size 128 --lr 5e-05 --dataset fashiongen "
-            f"--data {tmp_path}")  # fmt: skip
+    same = (f"--arch ViT-B-32 --dataset fashiongen --data {tmp_path} --epochs 20 "
+            "--batch-size 128 --lr 5e-05")  # fmt: skip
     for line in (
-        f"$ xmr train --model clip {same}",
+        f"$ xmr train {same}",  # --model clip: the default
         f"$ xmr train --model eiclip {same}",
-        f"--storage {folder / 'runs'} --name train-eiclip",
+        f"--name train-eiclip --storage {folder / 'runs'}",
         "MLflow: experiment xmr/jobs/eiclip on sqlite:///",
     ):
         assert line in dry.stdout, line

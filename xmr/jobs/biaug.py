@@ -53,6 +53,7 @@ from xmr.benchmarks import (
 )
 from xmr.data.registry import check_data_root
 from xmr.data.toyworld.binding import ITEMS_FILE as BINDING_ITEMS
+from xmr.eval.options import BenchmarkOptions, EvalOptions
 from xmr.fields import given_group, group, option
 from xmr.jobs.commands import GLOBAL_STEP, eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
@@ -66,7 +67,7 @@ from xmr.llm import LLMSpec
 from xmr.llm.spec import ORACLE
 from xmr.storage import StoragePath
 from xmr.train.convergence import AUTO
-from xmr.train.options import TrainChoice
+from xmr.train.options import TrainChoice, TrainOptions
 
 PACKAGED_WORLD = "binding"
 """The ToyWorld the job generates without ``--data`` or ``--world-config``."""
@@ -276,11 +277,11 @@ def biaug_steps(
         "epochs, then test it"
     )
     values = {**train, "epochs": epochs, "synth": dprime, "synth_ratio": ratio}
-    steps.append(train_step(treated, summary, options.model, values, tags))
+    steps.append(train_step(treated, summary, TrainOptions(model=options.model, **values), tags))
     summary = f"train {options.model} on D for as many optimiser steps as {treated}, then test it"
     steps.append(
-        train_step(f"train-{CONDITIONS['D']}", summary, options.model, train, tags,
-                   steps_of=treated)
+        train_step(f"train-{CONDITIONS['D']}", summary,
+                   TrainOptions(model=options.model, **train), tags, steps_of=treated)
     )  # fmt: skip
     for benchmark in BENCHMARKS:
         root = getattr(options, benchmark)
@@ -298,7 +299,10 @@ def biaug_steps(
                 "seed": options.seed,
             }
             summary = f"score the {condition} model on {benchmark}"
-            steps.append(eval_step(step, summary, values, folder / "eval" / f"{step}.json", scored))
+            output = folder / "eval" / f"{step}.json"
+            steps.append(
+                eval_step(step, summary, EvalOptions(**values), output, BenchmarkOptions(**scored))
+            )
     rows = comparison_rows(resolved.test_split)
     compare = "xmr compare --experiment xmr/jobs/biaug"
     steps.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,9 @@ from xmr.jobs.steps import Step, StepContext, StepOutcome
 from xmr.storage import ObjectPath, StoragePath, put_folder
 
 if TYPE_CHECKING:
+    from xmr.eval.options import BenchmarkOptions, EvalOptions
     from xmr.llm import LLMSpec
+    from xmr.train.options import TrainOptions
     from xmr.tune.space import SearchSpace
 
 
@@ -75,8 +78,6 @@ def synth_step(
         spec.check_ready()
 
     def run(context: StepContext) -> StepOutcome:
-        from dataclasses import replace
-
         from xmr.synth.report import SAMPLES, log_to_mlflow, save_sample_grid
 
         attached = replace(runtime, address=context.address, tracking_uri=context.tracking_uri)
@@ -116,15 +117,14 @@ def synth_step(
 def train_step(
     name: str,
     summary: str,
-    family: str,
-    values: Mapping[str, Any],
+    options: TrainOptions,
     tags: Mapping[str, str],
     *,
     steps_of: str | None = None,
 ) -> Step:
-    """Train (``xmr train``) the model ``family`` with ``values``, the fields of
-    :func:`~xmr.train.config.resolve_config` by name; the run is named ``name`` and its folder
-    is ``<storage>/<name>``. The outcome's metrics are the run's final test-split metrics (the
+    """Train (``xmr train``) as ``options`` say; the run is named ``name`` and its folder
+    is ``<storage>/<name>``. The options are resolved once, now (a bad value fails before any
+    step runs). The outcome's metrics are the run's final test-split metrics (the
     evaluation ``xmr train`` ends with: Recall@K both ways, ODmAP@K, Bias@K) and how long it
     trained: ``train/global_step`` (its optimiser steps) and, trained with ``--epochs auto``,
     ``train/best_epoch`` and ``train/stopped_epoch``.
@@ -136,17 +136,18 @@ def train_step(
     Raises:
         ValueError: an unknown family or values out of bounds (checked now).
     """
-    from xmr.train.config import resolve_config
+    from xmr.train.config import TrainConfig
     from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
 
-    planned = {**values, "name": name}
-    resolve_config(family, **planned, **({"steps": 1} if steps_of else {}))  # checked now
+    options = replace(options, name=name)
+    planned = TrainConfig.from_options(options)
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.train.run import train
 
-        steps = {"steps": matched_steps(context, steps_of)} if steps_of else {}
-        config = resolve_config(family, **planned, **steps)
+        config = planned
+        if steps_of:
+            config = replace(planned, steps=matched_steps(context, steps_of))
         result = train(
             config,
             address=context.address,
@@ -164,7 +165,7 @@ def train_step(
         outputs = {"run": str(result.run_dir), "checkpoint": str(result.last_checkpoint)}
         return StepOutcome(result.mlflow_run_id, final, outputs)
 
-    command = command_line("xmr train", {"model": family, **planned})
+    command = command_line("xmr train", changed_options(options))
     if steps_of:
         command += f" --steps <{steps_of}'s steps>"
     return Step(name, summary, command, run)
@@ -193,36 +194,29 @@ def matched_steps(context: StepContext, step: str) -> int:
 def eval_step(
     name: str,
     summary: str,
-    values: Mapping[str, Any],
+    options: EvalOptions,
     output: StoragePath,
-    benchmark: Mapping[str, Any] | None = None,
+    benchmark: BenchmarkOptions | None = None,
 ) -> Step:
-    """Evaluate (``xmr eval``) with ``values``, the fields of
-    :class:`~xmr.eval.options.EvalOptions` by name; with ``benchmark`` (the fields of
-    :class:`~xmr.eval.options.BenchmarkOptions`: ``benchmark``, ``subset``, ``images``) score
-    that benchmark, read from ``values["data"]``, instead of a split (``xmr eval
-    --benchmark``). The ``checkpoint`` may be one an earlier step writes: it is read when the
-    step runs (for the model's family and architecture, unless ``values`` name them).
+    """Evaluate (``xmr eval``) as ``options`` say; with ``benchmark`` score that benchmark,
+    read from ``options.data``, instead of a split (``xmr eval --benchmark``). The
+    ``checkpoint`` may be one an earlier step writes: it is read when the step runs (for the
+    model's family and architecture, unless the options name them).
 
     The step's run is named ``name``; the metrics JSON (``xmr eval --output``) goes to
     ``output``, and the outcome's metrics are the evaluation's (``{split}/recall_...`` or the
     benchmark's ``aro/...``, ``sugarcrepe/...``, ``binding/...``).
-
-    Raises:
-        ValueError: a value out of bounds or an unknown benchmark or subset (checked now).
     """
-    from xmr.eval.options import BenchmarkOptions, EvalOptions
+    from xmr.eval.options import BenchmarkOptions
 
-    options = EvalOptions(**values)
-    scored = BenchmarkOptions(**(benchmark or {}))
+    scored = benchmark or BenchmarkOptions()
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.eval.config import EvalConfig
         from xmr.eval.evaluation import run_evaluation
 
-        evaluation = run_evaluation(
-            EvalConfig.from_options(options), scored, address=context.address
-        )
+        config = EvalConfig.from_options(options)
+        evaluation = run_evaluation(config, scored, address=context.address)
         evaluation.print()
         evaluation.write_json(output)
         run_id = evaluation.log(
@@ -233,8 +227,8 @@ def eval_step(
         )
         return StepOutcome(run_id, dict(evaluation.result.metrics), {"metrics": str(output)})
 
-    command = command_line("xmr eval", {**(benchmark or {}), **values, "output": output})
-    return Step(name, summary, command, run)
+    flags = {**changed_options(scored), **changed_options(options), "output": output}
+    return Step(name, summary, command_line("xmr eval", flags), run)
 
 
 def sweep_step(

@@ -42,7 +42,7 @@ from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
 from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
-from xmr.train.options import TrainChoice
+from xmr.train.options import TrainChoice, TrainOptions
 
 CONTROL, EQUAL_EPOCHS, TREATED = "train-d", "train-d-epochs", "train-d-dprime"
 """The training steps: D as the headline compares it (same steps, or converged), D for the
@@ -145,7 +145,7 @@ def odmap_steps(
     }  # fmt: skip
     steps.append(synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth))
     train = {
-        "arch": options.arch, "pretrained": options.pretrained,
+        "model": options.model, "arch": options.arch, "pretrained": options.pretrained,
         "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
         "seed": options.seed, "workers": options.workers,
         "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
@@ -157,22 +157,22 @@ def odmap_steps(
                 "max_epochs": options.max_epochs}  # fmt: skip
         until = "until its val RSUM levels off, then test its best epoch"
         steps += [
-            train_step(TREATED, f"train {model} on D ∪ D′ {until}", model,
-                       {**auto, "synth": dprime, "synth_ratio": options.synth_ratio}, tags),
-            train_step(CONTROL, f"train {model} on D {until}", model, auto, tags),
+            train_step(TREATED, f"train {model} on D ∪ D′ {until}",
+                       TrainOptions(**auto, synth=dprime, synth_ratio=options.synth_ratio), tags),
+            train_step(CONTROL, f"train {model} on D {until}", TrainOptions(**auto), tags),
         ]  # fmt: skip
     else:
         epochs = {**train, "epochs": options.epochs}
         steps += [
             train_step(TREATED, f"train {model} on D ∪ D′, then evaluate it on the test split",
-                       model, {**epochs, "synth": dprime, "synth_ratio": options.synth_ratio},
+                       TrainOptions(**epochs, synth=dprime, synth_ratio=options.synth_ratio),
                        tags),
             train_step(CONTROL, f"train {model} on D for as many optimiser steps as D ∪ D′, "
-                       "then test it", model, train, tags, steps_of=TREATED),
+                       "then test it", TrainOptions(**train), tags, steps_of=TREATED),
         ]  # fmt: skip
         if options.equal_epochs:
             summary = f"train {model} on D for as many epochs as D ∪ D′ (the paper's setting)"
-            steps.append(train_step(EQUAL_EPOCHS, summary, model, epochs, tags))
+            steps.append(train_step(EQUAL_EPOCHS, summary, TrainOptions(**epochs), tags))
     compare = "xmr compare --experiment xmr/jobs/odmap"
     conditions = odmap_conditions(converged=options.converged, equal_epochs=options.equal_epochs)
     steps.append(
