@@ -356,13 +356,14 @@ def test_an_eval_step_scores_a_split_and_logs_its_run_under_the_job(
 ) -> None:
     """``eval_step`` without a benchmark: ``xmr eval`` on the test split (Recall@K of a
     random-init tiny CLIP), its JSON and its run nested under the job's."""
+    from xmr.eval.options import EvalOptions
     from xmr.jobs import Job
     from xmr.jobs.commands import eval_step
 
-    values = {"data": small_toyworld, "model": "clip", "arch": "xmr-tiny", "metrics": "recall",
-              "actors": 1}  # fmt: skip
+    options = EvalOptions(data=small_toyworld, model="clip", arch="xmr-tiny", metrics="recall",
+                          actors=1)  # fmt: skip
     output = tmp_path / "job" / "eval" / "test.json"
-    step = eval_step("eval-test", "score the test split", values, output)
+    step = eval_step("eval-test", "score the test split", options, output)
     assert step.command.startswith(f"xmr eval --data {small_toyworld} --model clip")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     job = Job("evalstep", "e", tmp_path / "job", {}, [step])

@@ -375,7 +375,9 @@ def given_group(values: Any, name: str) -> dict[str, Any]:
 def option_values(values: Any) -> dict[str, Any]:
     """The options of the dataclass ``values`` by the names their flags go by in commands
     (:func:`parameter_names`), a group field's spread into its own (``llm_model``)."""
-    flat = {item.name: getattr(values, item.name) for item in option_fields(type(values))}
+    flat = {
+        parameter_name(item): getattr(values, item.name) for item in option_fields(type(values))
+    }
     for item in group_fields(type(values)):
         names = parameter_names(item.metadata[GROUP])
         flat.update({names[key]: value for key, value in given_group(values, item.name).items()})
