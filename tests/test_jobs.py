@@ -262,6 +262,7 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
         (["--name", "../../x"], "error: --name '../../x' must be one folder name"),
         (["--converged", "--epochs", "2"], "error: --converged trains each run until it levels"),
         (["--patience", "2"], "error: --patience and --max-epochs apply to --converged"),
+        (["--epochs", "auto"], "error: --epochs auto: the odmap job trains both runs until"),
     ],
 )
 def test_the_odmap_job_refuses_bad_options_before_any_step(

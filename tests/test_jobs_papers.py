@@ -221,6 +221,7 @@ def test_the_biaug_job_refuses_bad_options_before_any_step(tmp_path: Path) -> No
     for values, error in (
         ({"llm": {"backend": "openai"}}, "--llm-model is required with --llm openai"),
         ({"fill": "telea"}, "--fill 'telea' is not one of sd, render with --mode biaug"),
+        ({"epochs": "auto"}, "--epochs auto: the biaug job trains D ∪ BiAug-D′ for E epochs"),
         (
             {"dataset": "coco", "data": tmp_path, "llm": {"backend": "oracle"}},
             "--llm oracle answers from",
