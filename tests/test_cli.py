@@ -4,6 +4,7 @@ paths that still mean the user's folder on the Ray workers."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -25,14 +27,14 @@ from xmr.data import DATASETS, read_dataset
 from xmr.data.synthetic import DATA_DIR, MANIFEST, ROW_SCHEMA
 from xmr.eval.config import EvalConfig
 from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
+from xmr.fields import ClusterOptions, flag, option_fields
 from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
-from xmr.options import ClusterOptions, flag, option_fields
 from xmr.synth.command import SynthFile
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import ratio_shortfall, training_data
-from xmr.train.options import SeedOptions, TrainOptions
+from xmr.train.options import SeedOptions, TrainChoice, TrainOptions
 from xmr.tune.space import EVAL_OPTIONS, TRAIN_OPTIONS, SpaceError, load_space
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +89,7 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
         init=tmp_path / "x.pt", name="run", storage=tmp_path / "runs", seed=5, eval_every=1,
         max_failures=0, precision="bf16", accum_steps=2,
     )  # fmt: skip
-    config = given.config()
+    config = TrainConfig.from_options(given)
     assert config.model == ModelSpec("clip", "xmr-tiny", None, tmp_path / "x.pt")
     assert (config.optim.lr, config.loss.fair_alpha) == (0.01, 0.3)
     for name in (options & config_fields) - {"model"}:
@@ -288,8 +290,8 @@ def test_a_ratio_beyond_dprime_says_how_much_it_used(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_gitignore_covers_every_default_output_folder() -> None:
     from xmr.cli import DemoOptions
+    from xmr.fields import OPTION
     from xmr.jobs.options import DEFAULT_STORAGE as JOB_STORAGE
-    from xmr.options import OPTION
     from xmr.synth.config import DEFAULT_OUT
     from xmr.tracking import ARTIFACTS_DIR, DEFAULT_DB
     from xmr.train.options import DEFAULT_STORAGE as TRAIN_STORAGE
@@ -308,3 +310,61 @@ def test_gitignore_covers_every_default_output_folder() -> None:
     assert sorted(checked.stdout.split()) == sorted(paths)
     assert len({str(folder) for folder in folders}) == len(folders)
     assert all(str(folder).startswith("xmr-") for folder in folders)
+
+
+def _job_command(job: str) -> click.Command:
+    """The click command of ``python ray_jobs/<job>.py`` (what ``ray job submit`` runs)."""
+    spec = importlib.util.spec_from_file_location(f"ray_job_{job}", REPO / "ray_jobs" / f"{job}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return typer.main.get_command(module.app)
+
+
+def _shown(command: click.Command, group: type) -> dict[str, tuple]:
+    """What ``--help`` says of each flag of the option group ``group``: its names, default,
+    help and whether the default is shown."""
+    flags = {flag(item) for item in option_fields(group)}
+    return {
+        p.opts[0]: (p.opts, p.secondary_opts, p.default, p.help, p.show_default)
+        for p in command.params
+        if p.opts[0] in flags
+    }
+
+
+@pytest.mark.parametrize("job", ["odmap", "biaug"])
+def test_a_job_s_shared_flags_read_as_the_command_s(job: str) -> None:
+    """A job's TrainChoice flags are ``xmr train``'s, and the BiAug job's LLM flags are
+    ``xmr synth``'s, to the help text: both come from the one group, so they cannot drift."""
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    submitted = _job_command(job)
+    shared = _shown(submitted, TrainChoice)
+    assert set(shared) == {flag(item) for item in option_fields(TrainChoice)}
+    assert shared == _shown(commands["train"], TrainChoice)
+    if job == "biaug":
+        llm = _shown(submitted, LLMSpec)
+        assert set(llm) == {flag(item) for item in option_fields(LLMSpec)}  # all 15
+        assert {"--llm-retries", "--llm-backoff", "--llm-seed", "--llm-max-response-bytes"} <= set(
+            llm
+        )
+        assert llm == _shown(commands["synth"], LLMSpec)
+
+
+def test_configs_and_options_load_no_command_line_library() -> None:
+    """Field declarations live in xmr.fields: the configs and option groups import neither
+    typer nor xmr.options (the command builder); only the command-line modules do."""
+    modules = (
+        "xmr.fields", "xmr.train.options", "xmr.train.config", "xmr.eval.options",
+        "xmr.eval.config", "xmr.llm.spec", "xmr.synth.config", "xmr.tune.options",
+        "xmr.jobs.options", "xmr.jobs.odmap", "xmr.jobs.biaug", "xmr.jobs.gender",
+        "xmr.jobs.eiclip",
+    )  # fmt: skip
+    code = (
+        f"import sys\nfor m in {modules!r}: __import__(m)\n"
+        "print(sorted(m for m in ('typer', 'click', 'xmr.options') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -232,7 +232,8 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
         f"job small in {folder}",
         f"$ xmr data toyworld --out {folder / 'world'} --seed 0",
         f"--synth {folder / 'dprime'} --name train-d-dprime",
-        "--name train-d --steps <train-d-dprime's steps>",  # the control: D ∪ D′'s steps
+        "--name train-d --storage",
+        "--steps <train-d-dprime's steps>",  # the control: D ∪ D′'s steps
         "MLflow: experiment xmr/jobs/odmap on sqlite:///",
     ):
         assert line in dry.stdout
@@ -245,7 +246,7 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
     assert paper.stdout.count("to do") == 6
     converged = _odmap(tmp_path, "--dry-run", "--converged", "--max-epochs", "9", "--name", "c")
     flat = " ".join(converged.stdout.split())
-    assert "--epochs auto --max-epochs 9 --synth" in flat
+    assert "--epochs auto --synth" in flat and "--max-epochs 9 --name train-d-dprime" in flat
     assert "--epochs auto --max-epochs 9 --name train-d " in flat
     assert "--steps" not in flat and converged.stdout.count("to do") == 5
 
@@ -261,6 +262,7 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
         (["--name", "../../x"], "error: --name '../../x' must be one folder name"),
         (["--converged", "--epochs", "2"], "error: --converged trains each run until it levels"),
         (["--patience", "2"], "error: --patience and --max-epochs apply to --converged"),
+        (["--epochs", "auto"], "error: --epochs auto: the odmap job trains both runs until"),
     ],
 )
 def test_the_odmap_job_refuses_bad_options_before_any_step(

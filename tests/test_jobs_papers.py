@@ -183,13 +183,14 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
         f"$ xmr data toyworld --out {folder / 'world'} --config binding --seed 0",
         "--captions-per-image 2 --fill render --boxes gt --max-error-rate 0.5",
         "--llm oracle",
-        "--name train-d --steps <train-d-dprime's steps>",  # read from that run
+        "--name train-d --storage",
+        "--steps <train-d-dprime's steps>",  # read from that run
         f"--epochs 2 --synth {folder / 'dprime'} --synth-ratio 0.5 --name train-d-dprime",
         f"$ xmr eval --benchmark aro --data {aro} --checkpoint "
-        f"{folder / 'runs' / 'train-d-dprime' / 'last.pt'} --seed 0 --output "
+        f"{folder / 'runs' / 'train-d-dprime' / 'last.pt'} --output "
         f"{folder / 'eval' / 'aro-d-dprime.json'}",
         f"$ xmr eval --benchmark sugarcrepe --data {sugarcrepe} --checkpoint "
-        f"{folder / 'runs' / 'train-d' / 'last.pt'} --seed 0 --output "
+        f"{folder / 'runs' / 'train-d' / 'last.pt'} --output "
         f"{folder / 'eval' / 'sugarcrepe-d.json'}",
         "MLflow: experiment xmr/jobs/biaug on sqlite:///",
     ):
@@ -199,8 +200,8 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
 
     # Real data: the LLM the user names, and xmr synth's components (GroundingDINO, SD).
     options = BiAugJobOptions(
-        dataset="coco", data=tmp_path, llm="openai", llm_model="gpt-4o-mini",
-        llm_url="http://127.0.0.1:9/v1", epochs=2,
+        dataset="coco", data=tmp_path, epochs=2,
+        llm={"backend": "openai", "model": "gpt-4o-mini", "url": "http://127.0.0.1:9/v1"},
     )  # fmt: skip
     console = Console(record=True, width=1000)
     print_plan(biaug_job(options, JobOptions(storage=tmp_path / "jobs")), console)
@@ -219,9 +220,13 @@ def test_the_biaug_job_refuses_bad_options_before_any_step(tmp_path: Path) -> No
 
     storage = JobOptions(storage=tmp_path / "jobs")
     for values, error in (
-        ({"llm": "openai"}, "--llm-model is required with --llm openai"),
+        ({"llm": {"backend": "openai"}}, "--llm-model is required with --llm openai"),
         ({"fill": "telea"}, "--fill 'telea' is not one of sd, render with --mode biaug"),
-        ({"dataset": "coco", "data": tmp_path, "llm": "oracle"}, "--llm oracle answers from"),
+        ({"epochs": "auto"}, "--epochs auto: the biaug job trains D ∪ BiAug-D′ for E epochs"),
+        (
+            {"dataset": "coco", "data": tmp_path, "llm": {"backend": "oracle"}},
+            "--llm oracle answers from",
+        ),
     ):
         with pytest.raises(ValueError, match=error):
             biaug_job(BiAugJobOptions(**values), storage)
@@ -298,12 +303,12 @@ def test_the_eiclip_job_prints_its_plan_on_fashiongen(tmp_path: Path) -> None:
     )  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     folder = tmp_path / "jobs" / "fg"
-    same = (f"--arch ViT-B-32 --epochs 20 --batch-size 128 --lr 5e-05 --dataset fashiongen "
-            f"--data {tmp_path}")  # fmt: skip
+    same = (f"--arch ViT-B-32 --dataset fashiongen --data {tmp_path} --epochs 20 "
+            "--batch-size 128 --lr 5e-05")  # fmt: skip
     for line in (
-        f"$ xmr train --model clip {same}",
+        f"$ xmr train {same}",  # --model clip: the default
         f"$ xmr train --model eiclip {same}",
-        f"--storage {folder / 'runs'} --name train-eiclip",
+        f"--name train-eiclip --storage {folder / 'runs'}",
         "MLflow: experiment xmr/jobs/eiclip on sqlite:///",
     ):
         assert line in dry.stdout, line
@@ -353,13 +358,14 @@ def test_an_eval_step_scores_a_split_and_logs_its_run_under_the_job(
 ) -> None:
     """``eval_step`` without a benchmark: ``xmr eval`` on the test split (Recall@K of a
     random-init tiny CLIP), its JSON and its run nested under the job's."""
+    from xmr.eval.options import EvalOptions
     from xmr.jobs import Job
     from xmr.jobs.commands import eval_step
 
-    values = {"data": small_toyworld, "model": "clip", "arch": "xmr-tiny", "metrics": "recall",
-              "actors": 1}  # fmt: skip
+    options = EvalOptions(data=small_toyworld, model="clip", arch="xmr-tiny", metrics="recall",
+                          actors=1)  # fmt: skip
     output = tmp_path / "job" / "eval" / "test.json"
-    step = eval_step("eval-test", "score the test split", values, output)
+    step = eval_step("eval-test", "score the test split", options, output)
     assert step.command.startswith(f"xmr eval --data {small_toyworld} --model clip")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     job = Job("evalstep", "e", tmp_path / "job", {}, [step])

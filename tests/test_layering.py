@@ -23,7 +23,8 @@ LAYERS = (
     "storage",  # xmr/storage.py: local paths and object-store URIs (pyarrow filesystems)
     "tracking",
     "job_env",  # xmr/job_env.py: the variables xmr forwards to a Ray job's processes
-    "options",  # xmr/options.py: command-line options on dataclasses (typer only)
+    "fields",  # xmr/fields.py: options declared on dataclasses: flags, defaults, help, bounds
+    "options",  # xmr/options.py: the typer commands built from those dataclasses
     "progress",  # xmr/progress.py: console progress, bars on a terminal, lines in a log (tqdm)
     "logs",  # xmr/logs.py: other libraries' INFO off the console
     "data",  # the readers (COCO, Flickr30k, Fashion-Gen, ToyWorld folders, D′) and ImageRecord

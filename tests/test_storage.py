@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from xmr.options import option, resolve_paths
+from xmr.fields import option, resolve_paths
 from xmr.storage import (
     ObjectPath,
     StoragePath,

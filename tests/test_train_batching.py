@@ -28,7 +28,7 @@ from xmr.train.batching import (
     groups_of,
     pairs_together,
 )
-from xmr.train.config import resolve_config
+from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import (
     PAIR_SCHEMA,
     ROW_COLUMN,
@@ -269,7 +269,12 @@ def test_the_hard_negatives_flag(tiny_world, biaug_dprime, tmp_path) -> None:
     assert base.params()["data.hard_negatives"] == "True"
     assert ablation.params()["data.hard_negatives"] == "False"
     assert base.fingerprint() != ablation.fingerprint()
-    assert TrainOptions(synth=biaug_dprime, hard_negatives=False).config().hard_negatives is False
+    assert (
+        TrainConfig.from_options(
+            TrainOptions(synth=biaug_dprime, hard_negatives=False)
+        ).hard_negatives
+        is False
+    )
     with pytest.raises(ValueError, match="--no-hard-negatives needs --synth"):
         resolve_config("clip", data=tiny_world, hard_negatives=False)
     removal = _removal_dprime(tiny_world, tmp_path / "removal", {"mode": "removal"})
@@ -302,7 +307,10 @@ def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
     )
     assert ablation.params()["data.synth_only"] == "True"
     assert base.fingerprint() != ablation.fingerprint()
-    assert TrainOptions(synth=biaug_dprime, synth_only=True).config().synth_only is True
+    assert (
+        TrainConfig.from_options(TrainOptions(synth=biaug_dprime, synth_only=True)).synth_only
+        is True
+    )
     with pytest.raises(ValueError, match="--synth-only needs --synth"):
         resolve_config("clip", data=tiny_world, synth_only=True)
     # MLflow gets the D′ sample as the run's only dataset input (no empty D)

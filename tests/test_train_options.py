@@ -27,7 +27,7 @@ def test_steps_replace_epochs_in_the_run_name_and_exclude_them(tmp_path) -> None
     by_epochs = resolve_config("clip", epochs=2, storage=tmp_path)
     assert by_epochs.total_steps(5) == 10 and by_epochs.params()["train.steps"] == "none"
     with pytest.raises(ValueError, match="--steps and --epochs exclude each other"):
-        TrainOptions(steps=7, epochs=2).config()
+        TrainConfig.from_options(TrainOptions(steps=7, epochs=2))
     with pytest.raises(ValueError, match="--steps must be >= 1"):
         TrainOptions(steps=0)
 
@@ -36,14 +36,18 @@ def test_epochs_auto_is_a_capped_run_evaluated_every_epoch_with_its_own_name(tmp
     """``--epochs auto``: the cap is the run's epochs, the val split is evaluated every epoch
     (or every --eval-every), the stopping rule and the cadence enter the name (a fixed-epoch
     run's name does not change), and the params say ``auto``; --steps with it is refused."""
-    auto = TrainOptions(epochs="auto", storage=tmp_path).config()
+    auto = TrainConfig.from_options(TrainOptions(epochs="auto", storage=tmp_path))
     assert (auto.epochs, auto.eval_every) == (30, 1)
     assert auto.convergence == Convergence(patience=3, min_delta=0.5, max_epochs=30)
-    capped = TrainOptions(epochs="auto", max_epochs=12, patience=2, storage=tmp_path).config()
+    capped = TrainConfig.from_options(
+        TrainOptions(epochs="auto", max_epochs=12, patience=2, storage=tmp_path)
+    )
     assert capped.epochs == 12 and capped.fingerprint() != auto.fingerprint()
-    every_second = TrainOptions(epochs="auto", eval_every=2, storage=tmp_path).config()
+    every_second = TrainConfig.from_options(
+        TrainOptions(epochs="auto", eval_every=2, storage=tmp_path)
+    )
     assert every_second.fingerprint() != auto.fingerprint()
-    fixed = TrainOptions(epochs=30, storage=tmp_path).config()
+    fixed = TrainConfig.from_options(TrainOptions(epochs=30, storage=tmp_path))
     assert fixed.fingerprint() != auto.fingerprint()
     assert replace(fixed, eval_every=1).fingerprint() == fixed.fingerprint()
     assert auto.params()["train.epochs"] == "auto" and auto.params()["train.max_epochs"] == "30"
@@ -51,7 +55,7 @@ def test_epochs_auto_is_a_capped_run_evaluated_every_epoch_with_its_own_name(tmp
     old_record = {k: v for k, v in fixed.to_dict().items() if k != "convergence"}
     assert TrainConfig.from_dict(old_record) == fixed  # a record written before the field
     with pytest.raises(ValueError, match="--steps and --epochs exclude each other"):
-        TrainOptions(steps=7, epochs="auto").config()
+        TrainConfig.from_options(TrainOptions(steps=7, epochs="auto"))
 
 
 def test_a_seed_group_is_named_without_its_seed(tmp_path) -> None:
@@ -59,7 +63,10 @@ def test_a_seed_group_is_named_without_its_seed(tmp_path) -> None:
     assert seeds[0].default_name() != seeds[1].default_name()
     assert seeds[0].default_name(seeded=False) == seeds[1].default_name(seeded=False)
     assert seeds[0].default_name(seeded=False) not in {c.default_name() for c in seeds}
-    assert TrainOptions().config().seed == 0 and TrainOptions(seed=3).config().seed == 3
+    assert (
+        TrainConfig.from_options(TrainOptions()).seed == 0
+        and TrainConfig.from_options(TrainOptions(seed=3)).seed == 3
+    )
     assert SeedOptions(seeds="2, 0").seeds == (2, 0)  # as given: the runs' order
 
 

@@ -1,6 +1,6 @@
 """The ``xmr`` command line: one typer app, one sub-command per task.
 
-Each command's flags are the fields of its options dataclasses (:mod:`xmr.options`): defaults,
+Each command's flags are the fields of its options dataclasses (:mod:`xmr.fields`): defaults,
 help and bounds are declared there once, checked, and every path is made absolute before any
 cluster work starts. The commands import their libraries when they run, so ``xmr --help``
 loads neither torch, Ray nor MLflow.
@@ -19,18 +19,9 @@ import typer
 
 from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES, SEED
 from xmr.eval.options import BenchmarkOptions, EvalOptions, EvalOutputOptions
+from xmr.fields import ClusterOptions, check_options, option, resolve_paths, tracking_uri_option
 from xmr.logs import prepare_console
-from xmr.options import (
-    ClusterOptions,
-    check_options,
-    command,
-    fail,
-    join_list_values,
-    option,
-    resolve_paths,
-    tracking_uri_option,
-    user_errors,
-)
+from xmr.options import command, fail, join_list_values, user_errors
 from xmr.storage import StoragePath
 from xmr.synth.command import synth_command
 from xmr.train.options import SeedOptions, TrainOptions, check_seed_flags
@@ -109,10 +100,13 @@ def eval_command(
     --clip-m applies CLIP-clip (gender paper §3.2) before ranking; the dropped dims are an
     MLflow artifact (clip_dims.json).
     """
+    from xmr.eval.config import EvalConfig
     from xmr.eval.evaluation import run_evaluation
 
     with user_errors():
-        evaluation = run_evaluation(options.config(), benchmark, address=cluster.address)
+        evaluation = run_evaluation(
+            EvalConfig.from_options(options), benchmark, address=cluster.address
+        )
     evaluation.print()
     if outputs.output:
         evaluation.write_json(outputs.output)
@@ -133,13 +127,14 @@ def train_command(options: TrainOptions, seeds: SeedOptions, cluster: ClusterOpt
     Rerunning the same --name resumes from its latest checkpoint. --seeds 0 1 2 trains the
     same config once per seed and reports each final metric's mean ± std.
     """
+    from xmr.train.config import TrainConfig
     from xmr.train.report import print_seeds_summary, print_summary
     from xmr.train.run import train
     from xmr.train.seeds import train_seeds
 
     with user_errors():
         check_seed_flags(options, seeds)
-        config = options.config()
+        config = TrainConfig.from_options(options)
         if seeds.seeds is not None:
             group = train_seeds(
                 config, seeds.seeds, name=options.name, address=cluster.address,

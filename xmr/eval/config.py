@@ -5,15 +5,15 @@ options (:class:`EvalConfig`), and :func:`eval_config`, which builds one from th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES
 from xmr.debias import MI_ESTIMATORS
 from xmr.eval.options import EvalOptions
+from xmr.fields import check_options, resolve_paths
 from xmr.metrics.ranking import check_ks
 from xmr.models import ModelSpec
-from xmr.options import check_options, resolve_paths
 from xmr.storage import StoragePath, as_path
 
 METRIC_GROUPS = ("recall", "odmap", "bias")
@@ -63,6 +63,17 @@ class EvalConfig:
                 f"unknown --mi-estimator {self.mi_estimator!r}; choose from {MI_ESTIMATORS}"
             )
         resolve_paths(self)  # Ray workers run in other folders
+
+    @classmethod
+    def from_options(cls, options: EvalOptions) -> EvalConfig:
+        """The evaluation ``xmr eval``'s options define (reads the checkpoint for its family
+        and architecture when they are not given; :func:`eval_config`).
+
+        Raises:
+            ValueError / FileNotFoundError: an unknown metric or estimator, a missing or
+                unreadable checkpoint (the message names the flag or the file).
+        """
+        return eval_config(**asdict(options))
 
     def mi_params(self) -> dict[str, float | int]:
         """Keyword arguments of the chosen estimator (:func:`xmr.debias.mutual_information`)."""

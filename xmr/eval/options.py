@@ -1,23 +1,20 @@
 """The options of ``xmr eval`` (:class:`EvalOptions`): its flags, their defaults and help.
 
-They resolve to an :class:`~xmr.eval.config.EvalConfig` (:meth:`EvalOptions.config`): the
-family and architecture default to the checkpoint's, the metrics are comma-separated.
-Importing this module loads neither torch nor Ray (the command line builds its help from it).
+They resolve to an :class:`~xmr.eval.config.EvalConfig`
+(:meth:`~xmr.eval.config.EvalConfig.from_options`): the family and architecture default to the
+checkpoint's, the metrics are comma-separated. Importing this module loads neither torch, Ray
+nor a command-line library (the command line builds its help from it).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES
 from xmr.data.registry import DATASETS
-from xmr.options import check_options, option, resolve_paths, run_name_option
+from xmr.fields import check_options, option, resolve_paths, run_name_option
 from xmr.storage import StoragePath
-
-if TYPE_CHECKING:
-    from xmr.eval.config import EvalConfig
 
 
 @dataclass(frozen=True)
@@ -82,18 +79,6 @@ class EvalOptions:
     def __post_init__(self) -> None:
         check_options(self)
         resolve_paths(self)
-
-    def config(self) -> EvalConfig:
-        """The evaluation these options define (reads the checkpoint for its family and
-        architecture when they are not given).
-
-        Raises:
-            ValueError / FileNotFoundError: an unknown metric or estimator, a missing or
-                unreadable checkpoint (the message names the flag or the file).
-        """
-        from xmr.eval.config import eval_config
-
-        return eval_config(**asdict(self))
 
 
 BENCHMARK_NAMES = ("aro", "sugarcrepe", "toyworld-binding")

@@ -37,10 +37,9 @@ reads those from the training runs rather than scoring the same checkpoints a se
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 
@@ -52,7 +51,9 @@ from xmr.benchmarks import (
     SUGARCREPE_MEAN_METRIC,
     category_metric,
 )
-from xmr.data.registry import DATASETS, check_data_root
+from xmr.data.registry import check_data_root
+from xmr.eval.options import BenchmarkOptions, EvalOptions
+from xmr.fields import given_group, group, option
 from xmr.jobs.commands import GLOBAL_STEP, eval_step, synth_step, train_step, world_step
 from xmr.jobs.comparison import (
     comparison_table,
@@ -62,9 +63,11 @@ from xmr.jobs.comparison import (
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
-from xmr.options import check_options, option, parameter_names, resolve_paths
+from xmr.llm.spec import ORACLE
 from xmr.storage import StoragePath
 from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
+from xmr.train.convergence import AUTO
+from xmr.train.options import TrainChoice, TrainOptions
 
 PACKAGED_WORLD = "binding"
 """The ToyWorld the job generates without ``--data`` or ``--world-config``."""
@@ -80,30 +83,15 @@ BENCHMARKS = ("aro", "sugarcrepe")
 
 
 @dataclass(frozen=True)
-class BiAugJobOptions:
-    """The experiment's options: data, BiAug's components, model, budget, benchmarks, scale."""
+class BiAugJobOptions(TrainChoice):
+    """The experiment's options: :class:`~xmr.train.options.TrainChoice` (``--epochs``: E,
+    the D ∪ BiAug-D′ run's; the D run trains as many optimiser steps, about (1 + r)·E epochs),
+    BiAug's components, the LLM (:class:`~xmr.llm.LLMSpec`'s flags, ``--llm`` defaulting to
+    ``oracle`` on ToyWorld and required elsewhere), budget, benchmarks, scale."""
 
-    dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: StoragePath | None = option(
-        None,
-        "Dataset folder, a path or s3://… (toyworld: default, the packaged binding world "
-        "generated into the job's folder; a ToyWorld given here needs a binding test).",
-    )
     world_config: Path | None = option(
         None, "ToyWorld without --data: the world's YAML (default: the packaged binding world)."
     )
-    model: str = option("clip", "Model family: clip | vsepp | blip (see `xmr models`).")
-    arch: str | None = option(None, "Architecture (default: the family's).")
-    pretrained: str | None = option(
-        None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
-    )
-    epochs: int | None = option(
-        None,
-        "E: epochs of the D ∪ BiAug-D′ run; the D run trains as many optimiser steps, about "
-        "(1 + r)·E epochs (default: the family's).",
-        ge=1,
-    )
-    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
     synth_ratio: float = option(0.5, "r: BiAug-D′ pairs trained on per pair of D.", gt=0)
     captions_per_image: str = option("2", "Captions of each image BiAug edits: N or 'all'.")
     limit: int | None = option(None, "BiAug-D′ from the first N train images only.", ge=1)
@@ -121,33 +109,6 @@ class BiAugJobOptions:
     sd_model: str | None = option(
         None, "Stable Diffusion inpainting repo id or local folder (default: xmr synth's)."
     )
-    llm: str | None = option(
-        None,
-        "LLM backend: openai | hf | vllm | oracle (default: oracle, ToyWorld's ground truth, on "
-        "ToyWorld; required on other datasets).",
-    )
-    llm_model: str | None = option(
-        None, "LLM: the endpoint's model name (openai), a Hub repo id or folder (hf, vllm)."
-    )
-    llm_url: str | None = option(
-        None, "Base URL of an OpenAI-compatible API (default: xmr synth's, OpenAI's)."
-    )
-    llm_key_env: str | None = option(
-        None, "Environment variable holding the API key (default: OPENAI_API_KEY)."
-    )
-    llm_in_flight: int | None = option(None, "LLM requests open at once per worker.", ge=1)
-    llm_timeout: float | None = option(None, "Seconds one LLM request may take.", gt=0)
-    llm_cache: StoragePath | None = option(
-        None, "Folder of the LLM response cache (default: xmr synth's).", output=True
-    )
-    llm_device: str | None = option(None, "Device of --llm hf: auto, cpu, cuda, cuda:N.")
-    llm_batch_size: int | None = option(
-        None, "Requests per generate call (hf) or engine batch (vllm).", ge=1
-    )
-    llm_runtime_env: str | None = option(
-        None, "JSON Ray runtime environment of the vLLM stage (an image or pip list with vLLM)."
-    )
-    llm_engine_kwargs: str | None = option(None, "JSON vLLM engine arguments (--llm vllm).")
     max_error_rate: float = option(
         0.5,
         "Fail the build above this share of failed rows (BiAug drops what its filters reject: "
@@ -177,22 +138,29 @@ class BiAugJobOptions:
     eval_actors: int | None = option(
         None, "Encoder actors of each benchmark evaluation (default: one per GPU or core).", ge=1
     )
+    llm: LLMSpec = group(LLMSpec)
 
     def __post_init__(self) -> None:
-        check_options(self)
-        resolve_paths(self)
+        super().__post_init__()
+        if self.epochs == AUTO:
+            raise ValueError(
+                "--epochs auto: the biaug job trains D ∪ BiAug-D′ for E epochs and D for as "
+                "many optimiser steps; give E"
+            )
         toyworld = self.dataset == "toyworld"
         if self.data is None and not toyworld:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
         check_data_root(self.dataset, self.data)
-        if self.llm is None and not toyworld:
+        llm = given_group(self, "llm")
+        if "backend" not in llm and not toyworld:
             raise ValueError(
                 f"--llm is required for --dataset {self.dataset}: openai | hf | vllm, with "
                 "--llm-model"
             )
-        if self.llm == "oracle" and not toyworld:
+        object.__setattr__(self, "llm", LLMSpec(**{"backend": ORACLE, **llm}))
+        if self.llm.backend == ORACLE and not toyworld:
             raise ValueError(
                 f"--llm oracle answers from ToyWorld's ground truth: it needs --dataset "
                 f"toyworld, not {self.dataset}"
@@ -202,19 +170,6 @@ class BiAugJobOptions:
         _check_benchmark_folders(self.aro, self.sugarcrepe)
         if toyworld:
             _check_binding_world(self.data, self.world_config)
-
-    def llm_values(self) -> dict[str, Any]:
-        """The LLM's :class:`~xmr.llm.LLMSpec` fields set here (the backend defaulting to the
-        oracle on ToyWorld)."""
-        own = {item.name for item in fields(self)}  # the llm_* options, named as LLMSpec's flags
-        values = {
-            field: getattr(self, name)
-            for field, name in parameter_names(LLMSpec).items()
-            if name in own
-        }
-        if values["backend"] is None and self.dataset == "toyworld":
-            values["backend"] = "oracle"
-        return {field: value for field, value in values.items() if value is not None}
 
 
 def _check_benchmark_folders(aro: Path | None, sugarcrepe: Path | None) -> None:
@@ -303,7 +258,7 @@ def biaug_steps(
         "gpus_per_actor": options.gpus_per_actor,
     }  # fmt: skip
     summary = "build BiAug-D′: objects, attribute edits, hard negatives (§3)"
-    steps.append(synth_step("synth", summary, synth, options.llm_values()))
+    steps.append(synth_step("synth", summary, synth, options.llm))
 
     model = {"arch": options.arch, "pretrained": options.pretrained}
     resolved = resolve_config(
@@ -322,11 +277,11 @@ def biaug_steps(
         "epochs, then test it"
     )
     values = {**train, "epochs": epochs, "synth": dprime, "synth_ratio": ratio}
-    steps.append(train_step(treated, summary, options.model, values, tags))
+    steps.append(train_step(treated, summary, TrainOptions(model=options.model, **values), tags))
     summary = f"train {options.model} on D for as many optimiser steps as {treated}, then test it"
     steps.append(
-        train_step(f"train-{CONDITIONS['D']}", summary, options.model, train, tags,
-                   steps_of=treated)
+        train_step(f"train-{CONDITIONS['D']}", summary,
+                   TrainOptions(model=options.model, **train), tags, steps_of=treated)
     )  # fmt: skip
     for benchmark in BENCHMARKS:
         root = getattr(options, benchmark)
@@ -344,7 +299,10 @@ def biaug_steps(
                 "seed": options.seed,
             }
             summary = f"score the {condition} model on {benchmark}"
-            steps.append(eval_step(step, summary, values, folder / "eval" / f"{step}.json", scored))
+            output = folder / "eval" / f"{step}.json"
+            steps.append(
+                eval_step(step, summary, EvalOptions(**values), output, BenchmarkOptions(**scored))
+            )
     rows = comparison_rows(resolved.test_split)
     compare = "xmr compare --experiment xmr/jobs/biaug"
     steps.append(

@@ -2,7 +2,7 @@
 
 :func:`job_app` turns a job's options dataclass and its builder into a typer app with the
 job's flags, :class:`~xmr.jobs.options.JobOptions` (``--storage``, ``--name``,
-``--dry-run``) and :class:`~xmr.options.ClusterOptions` (``--address``, ``--tracking-uri``).
+``--dry-run``) and :class:`~xmr.fields.ClusterOptions` (``--address``, ``--tracking-uri``).
 Every option is checked, and every step's, and ``--data`` is there, before the plan is printed
 (``--dry-run`` too) and anything is written.
 """
@@ -16,10 +16,11 @@ import typer
 from rich.console import Console
 
 from xmr.data.registry import check_data_folder
+from xmr.fields import ClusterOptions
 from xmr.jobs.options import JobOptions
 from xmr.jobs.steps import Job, print_plan
 from xmr.logs import prepare_console
-from xmr.options import ClusterOptions, command, user_errors
+from xmr.options import command, user_errors
 from xmr.storage import check_bucket
 
 

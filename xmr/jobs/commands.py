@@ -12,14 +12,19 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xmr.fields import changed_options
 from xmr.jobs.options import command_line
 from xmr.jobs.steps import Step, StepContext, StepOutcome
 from xmr.storage import ObjectPath, StoragePath, put_folder
 
 if TYPE_CHECKING:
+    from xmr.eval.options import BenchmarkOptions, EvalOptions
+    from xmr.llm import LLMSpec
+    from xmr.train.options import TrainOptions
     from xmr.tune.space import SearchSpace
 
 
@@ -55,29 +60,24 @@ def world_step(
 
 
 def synth_step(
-    name: str, summary: str, values: Mapping[str, Any], llm: Mapping[str, Any] | None = None
+    name: str, summary: str, values: Mapping[str, Any], llm: LLMSpec | None = None
 ) -> Step:
     """Build D′ (``xmr synth``) with ``values``: the fields of
     :class:`~xmr.synth.config.SynthConfig` and :class:`~xmr.synth.config.SynthRuntime` by
-    name (``out`` included), and for ``--mode biaug`` the LLM's (:class:`~xmr.llm.LLMSpec`
-    fields by name: ``backend``, ``model``, ``url``, ...).
+    name (``out`` included), and for ``--mode biaug`` the LLM ``llm``.
 
     Raises:
         ValueError: a value out of bounds or contradicting another, or an LLM that cannot run
             (no ``--llm-model``; checked now, as ``xmr synth`` checks it before Ray starts).
     """
-    from xmr.llm import LLMSpec
-    from xmr.options import parameter_names
-    from xmr.synth.config import load_configs, load_llm_spec
+    from xmr.synth.config import load_configs
 
     config, runtime = load_configs(None, {**values, "run_name": name})
-    spec = load_llm_spec(None, dict(llm or {})) if config.mode == "biaug" else None
+    spec = llm if config.mode == "biaug" else None
     if spec is not None:
         spec.check_ready()
 
     def run(context: StepContext) -> StepOutcome:
-        from dataclasses import replace
-
         from xmr.synth.report import SAMPLES, log_to_mlflow, save_sample_grid
 
         attached = replace(runtime, address=context.address, tracking_uri=context.tracking_uri)
@@ -108,24 +108,23 @@ def synth_step(
         counts = {key: float(manifest[key]) for key in ("planned", "written", "errors")}
         return StepOutcome(run_id, counts, {"dprime": str(result.out)})
 
-    flags = parameter_names(LLMSpec)  # the LLM's fields go by their flags: model -> llm_model
     shown = {k: v for k, v in values.items() if k != "progress"}
-    shown.update({flags[k]: v for k, v in (llm or {}).items()})
+    if spec is not None:  # the LLM's flags set away from their defaults, --llm always
+        shown.update({"llm": spec.backend, **changed_options(spec)})
     return Step(name, summary, command_line("xmr synth", shown), run)
 
 
 def train_step(
     name: str,
     summary: str,
-    family: str,
-    values: Mapping[str, Any],
+    options: TrainOptions,
     tags: Mapping[str, str],
     *,
     steps_of: str | None = None,
 ) -> Step:
-    """Train (``xmr train``) the model ``family`` with ``values``, the fields of
-    :func:`~xmr.train.config.resolve_config` by name; the run is named ``name`` and its folder
-    is ``<storage>/<name>``. The outcome's metrics are the run's final test-split metrics (the
+    """Train (``xmr train``) as ``options`` say; the run is named ``name`` and its folder
+    is ``<storage>/<name>``. The options are resolved once, now (a bad value fails before any
+    step runs). The outcome's metrics are the run's final test-split metrics (the
     evaluation ``xmr train`` ends with: Recall@K both ways, ODmAP@K, Bias@K) and how long it
     trained: ``train/global_step`` (its optimiser steps) and, trained with ``--epochs auto``,
     ``train/best_epoch`` and ``train/stopped_epoch``.
@@ -137,17 +136,18 @@ def train_step(
     Raises:
         ValueError: an unknown family or values out of bounds (checked now).
     """
-    from xmr.train.config import resolve_config
+    from xmr.train.config import TrainConfig
     from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
 
-    planned = {**values, "name": name}
-    resolve_config(family, **planned, **({"steps": 1} if steps_of else {}))  # checked now
+    options = replace(options, name=name)
+    planned = TrainConfig.from_options(options)
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.train.run import train
 
-        steps = {"steps": matched_steps(context, steps_of)} if steps_of else {}
-        config = resolve_config(family, **planned, **steps)
+        config = planned
+        if steps_of:
+            config = replace(planned, steps=matched_steps(context, steps_of))
         result = train(
             config,
             address=context.address,
@@ -165,7 +165,7 @@ def train_step(
         outputs = {"run": str(result.run_dir), "checkpoint": str(result.last_checkpoint)}
         return StepOutcome(result.mlflow_run_id, final, outputs)
 
-    command = command_line("xmr train", {"model": family, **planned})
+    command = command_line("xmr train", changed_options(options))
     if steps_of:
         command += f" --steps <{steps_of}'s steps>"
     return Step(name, summary, command, run)
@@ -194,33 +194,29 @@ def matched_steps(context: StepContext, step: str) -> int:
 def eval_step(
     name: str,
     summary: str,
-    values: Mapping[str, Any],
+    options: EvalOptions,
     output: StoragePath,
-    benchmark: Mapping[str, Any] | None = None,
+    benchmark: BenchmarkOptions | None = None,
 ) -> Step:
-    """Evaluate (``xmr eval``) with ``values``, the fields of
-    :class:`~xmr.eval.options.EvalOptions` by name; with ``benchmark`` (the fields of
-    :class:`~xmr.eval.options.BenchmarkOptions`: ``benchmark``, ``subset``, ``images``) score
-    that benchmark, read from ``values["data"]``, instead of a split (``xmr eval
-    --benchmark``). The ``checkpoint`` may be one an earlier step writes: it is read when the
-    step runs (for the model's family and architecture, unless ``values`` name them).
+    """Evaluate (``xmr eval``) as ``options`` say; with ``benchmark`` score that benchmark,
+    read from ``options.data``, instead of a split (``xmr eval --benchmark``). The
+    ``checkpoint`` may be one an earlier step writes: it is read when the step runs (for the
+    model's family and architecture, unless the options name them).
 
     The step's run is named ``name``; the metrics JSON (``xmr eval --output``) goes to
     ``output``, and the outcome's metrics are the evaluation's (``{split}/recall_...`` or the
     benchmark's ``aro/...``, ``sugarcrepe/...``, ``binding/...``).
-
-    Raises:
-        ValueError: a value out of bounds or an unknown benchmark or subset (checked now).
     """
-    from xmr.eval.options import BenchmarkOptions, EvalOptions
+    from xmr.eval.options import BenchmarkOptions
 
-    options = EvalOptions(**values)
-    scored = BenchmarkOptions(**(benchmark or {}))
+    scored = benchmark or BenchmarkOptions()
 
     def run(context: StepContext) -> StepOutcome:
+        from xmr.eval.config import EvalConfig
         from xmr.eval.evaluation import run_evaluation
 
-        evaluation = run_evaluation(options.config(), scored, address=context.address)
+        config = EvalConfig.from_options(options)
+        evaluation = run_evaluation(config, scored, address=context.address)
         evaluation.print()
         evaluation.write_json(output)
         run_id = evaluation.log(
@@ -231,8 +227,8 @@ def eval_step(
         )
         return StepOutcome(run_id, dict(evaluation.result.metrics), {"metrics": str(output)})
 
-    command = command_line("xmr eval", {**(benchmark or {}), **values, "output": output})
-    return Step(name, summary, command, run)
+    flags = {**changed_options(scored), **changed_options(options), "output": output}
+    return Step(name, summary, command_line("xmr eval", flags), run)
 
 
 def sweep_step(

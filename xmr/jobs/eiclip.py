@@ -38,12 +38,13 @@ from pathlib import Path
 from rich.console import Group
 
 from xmr.data.registry import check_data_root
+from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.options import check_options, option, resolve_paths
 from xmr.storage import StoragePath
+from xmr.train.options import TrainOptions
 
 DATASETS = ("toyworld", "fashiongen")
 """The datasets with product entities EI-CLIP learns from."""
@@ -172,9 +173,13 @@ def eiclip_steps(
     split = eiclip.test_split
     if options.baseline:
         summary = f"train CLIP on the descriptions (baseline ②), test on {split}"
-        steps.append(train_step(CONDITIONS["CLIP"], summary, "clip", train, tags))
+        steps.append(
+            train_step(CONDITIONS["CLIP"], summary, TrainOptions(model="clip", **train), tags)
+        )
     summary = f"train EI-CLIP on descriptions + entities, test on {split}"
-    steps.append(train_step(CONDITIONS["EI-CLIP"], summary, "eiclip", train, tags))
+    steps.append(
+        train_step(CONDITIONS["EI-CLIP"], summary, TrainOptions(model="eiclip", **train), tags)
+    )
     rows = protocol_rows(split)
     steps.append(
         Step(

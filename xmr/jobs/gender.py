@@ -26,10 +26,10 @@ from rich.console import Group
 from rich.table import Table
 
 from xmr.data.registry import DATASETS, check_data_root
+from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.options import check_options, option, resolve_paths
 from xmr.storage import StoragePath, storage_path
 from xmr.tune.space import Domain, SearchSpace, load_space
 

@@ -33,15 +33,16 @@ from functools import partial
 
 from rich.table import Table
 
-from xmr.data.registry import DATASETS, check_data_root
+from xmr.data.registry import check_data_root
+from xmr.fields import option
 from xmr.jobs.commands import GLOBAL_STEP, synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.options import check_options, option, resolve_paths
 from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
-from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
+from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
+from xmr.train.options import TrainChoice, TrainOptions
 
 CONTROL, EQUAL_EPOCHS, TREATED = "train-d", "train-d-epochs", "train-d-dprime"
 """The training steps: D as the headline compares it (same steps, or converged), D for the
@@ -61,25 +62,10 @@ PREFIXES = {CONTROL: "d", EQUAL_EPOCHS: "d_epochs", TREATED: "d_dprime"}
 
 
 @dataclass(frozen=True)
-class ODmAPJobOptions:
-    """The experiment's options: data, model, budget and how large each stage runs."""
+class ODmAPJobOptions(TrainChoice):
+    """The experiment's options: :class:`~xmr.train.options.TrainChoice` (``--epochs``: the
+    D ∪ D′ run's; D trains as many optimiser steps), budget and how large each stage runs."""
 
-    dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: StoragePath | None = option(
-        None,
-        "Dataset folder, a path or s3://… (toyworld: default, a world generated into the "
-        "job's folder).",
-    )
-    model: str = option("clip", "Model family: clip | vsepp | blip (see `xmr models`).")
-    arch: str | None = option(None, "Architecture (default: the family's).")
-    pretrained: str | None = option(
-        None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
-    )
-    epochs: int | None = option(
-        None,
-        "Epochs of the D ∪ D′ run; D trains as many optimiser steps (default: the family's).",
-        ge=1,
-    )
     converged: bool = option(
         False,
         "Train D and D ∪ D′ until their val RSUM levels off (xmr train --epochs auto) and "
@@ -96,7 +82,6 @@ class ODmAPJobOptions:
         "Also train D for --epochs, as the paper does (more steps for D ∪ D′): a column "
         "beside the headline.",
     )
-    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
     synth_ratio: float | None = option(
         None, "D′ pairs per pair of D in D ∪ D′ (default: all of D′).", ge=0
     )
@@ -112,8 +97,12 @@ class ODmAPJobOptions:
     gpus_per_actor: float = option(1.0, "GPUs per actor of a GPU fill (sd).", gt=0, le=8)
 
     def __post_init__(self) -> None:
-        check_options(self)
-        resolve_paths(self)
+        super().__post_init__()
+        if self.epochs == AUTO:
+            raise ValueError(
+                "--epochs auto: the odmap job trains both runs until they level off with "
+                "--converged"
+            )
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         check_data_root(self.dataset, self.data)
@@ -156,7 +145,7 @@ def odmap_steps(
     }  # fmt: skip
     steps.append(synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth))
     train = {
-        "arch": options.arch, "pretrained": options.pretrained,
+        "model": options.model, "arch": options.arch, "pretrained": options.pretrained,
         "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
         "seed": options.seed, "workers": options.workers,
         "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
@@ -168,22 +157,22 @@ def odmap_steps(
                 "max_epochs": options.max_epochs}  # fmt: skip
         until = "until its val RSUM levels off, then test its best epoch"
         steps += [
-            train_step(TREATED, f"train {model} on D ∪ D′ {until}", model,
-                       {**auto, "synth": dprime, "synth_ratio": options.synth_ratio}, tags),
-            train_step(CONTROL, f"train {model} on D {until}", model, auto, tags),
+            train_step(TREATED, f"train {model} on D ∪ D′ {until}",
+                       TrainOptions(**auto, synth=dprime, synth_ratio=options.synth_ratio), tags),
+            train_step(CONTROL, f"train {model} on D {until}", TrainOptions(**auto), tags),
         ]  # fmt: skip
     else:
         epochs = {**train, "epochs": options.epochs}
         steps += [
             train_step(TREATED, f"train {model} on D ∪ D′, then evaluate it on the test split",
-                       model, {**epochs, "synth": dprime, "synth_ratio": options.synth_ratio},
+                       TrainOptions(**epochs, synth=dprime, synth_ratio=options.synth_ratio),
                        tags),
             train_step(CONTROL, f"train {model} on D for as many optimiser steps as D ∪ D′, "
-                       "then test it", model, train, tags, steps_of=TREATED),
+                       "then test it", TrainOptions(**train), tags, steps_of=TREATED),
         ]  # fmt: skip
         if options.equal_epochs:
             summary = f"train {model} on D for as many epochs as D ∪ D′ (the paper's setting)"
-            steps.append(train_step(EQUAL_EPOCHS, summary, model, epochs, tags))
+            steps.append(train_step(EQUAL_EPOCHS, summary, TrainOptions(**epochs), tags))
     compare = "xmr compare --experiment xmr/jobs/odmap"
     conditions = odmap_conditions(converged=options.converged, equal_epochs=options.equal_epochs)
     steps.append(

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr.options import check_name, check_options, option, resolve_paths
+from xmr.fields import check_name, check_options, option, option_values, resolve_paths
 from xmr.storage import StoragePath
 
 DEFAULT_STORAGE = Path("xmr-jobs")
@@ -54,9 +54,11 @@ class JobOptions:
 
 
 def job_params(options: Any) -> dict[str, str]:
-    """An options dataclass as ``{field: str(value)}``: what a job records and compares on
-    resubmission (paths absolute, unset values ``"none"``)."""
-    return {key: "none" if value is None else str(value) for key, value in asdict(options).items()}
+    """An options dataclass as ``{option: str(value)}``, by the names of its flags (a group's
+    too, :func:`~xmr.fields.option_values`): what a job records and compares on resubmission
+    (paths absolute, unset values ``"none"``)."""
+    values = option_values(options)
+    return {key: "none" if value is None else str(value) for key, value in values.items()}
 
 
 def default_job_name(kind: str, dataset: str, params: Mapping[str, str]) -> str:

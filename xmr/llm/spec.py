@@ -1,6 +1,6 @@
 """Which LLM a job uses (the ``--llm*`` flags) and the backend built from it in a worker.
 
-:class:`LLMSpec` is a frozen options dataclass (see :mod:`xmr.options`): it is built and checked
+:class:`LLMSpec` is a frozen options dataclass (see :mod:`xmr.fields`): it is built and checked
 on the driver, before Ray starts, and shipped to the workers, where :func:`create_chat` builds
 the backend (in a stage's ``setup()``). It never holds the API key, only the name of the
 environment variable that does, so it can be logged and written to a manifest as it is.
@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xmr.fields import check_options, option, resolve_paths
 from xmr.llm.cache import CachedChat, ResponseCache
 from xmr.llm.chat import ChatBackend
 from xmr.llm.hf_chat import HFChat
 from xmr.llm.openai_client import OpenAIChat, url_problem
 from xmr.llm.vllm import EngineAnswers, check_vllm
-from xmr.options import check_options, option, resolve_paths
 from xmr.pretrained import local_model_dir
 from xmr.storage import StoragePath
 
@@ -52,7 +52,7 @@ class LLMSpec:
     backend: str = option(
         "openai",
         "LLM backend: openai, hf, vllm or oracle (oracle: ToyWorld ground truth, for BiAug on a "
-        "scene ToyWorld).",
+        "scene ToyWorld; the BiAug job's default there, and --llm required elsewhere).",
         flag="llm",
     )
     model: str | None = option(

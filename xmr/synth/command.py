@@ -14,8 +14,9 @@ from typing import Any
 
 import typer
 
+from xmr.fields import check_outputs, option, resolve_paths
 from xmr.llm import LLMSpec
-from xmr.options import Overrides, check_outputs, command, option, resolve_paths, user_errors
+from xmr.options import Overrides, command, user_errors
 from xmr.progress import summary_line
 from xmr.synth.config import SynthConfig, SynthRuntime
 

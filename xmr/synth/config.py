@@ -3,7 +3,7 @@
 
 A YAML file (``--config``) holds the fields of either class by name; command-line flags override
 it. The config hash keys the output folder: a rerun with the same hash resumes, another hash is
-refused. Each field declares its flag's help and bounds (:func:`xmr.options.option`): the
+refused. Each field declares its flag's help and bounds (:func:`xmr.fields.option`): the
 ``xmr synth`` command is built from these two classes (:mod:`xmr.synth.command`).
 """
 
@@ -20,8 +20,7 @@ from xmr.biaug import ProposalFilter
 from xmr.biaug.validation import normalise_name
 from xmr.data.registry import DATASETS, check_data_root
 from xmr.detection import DEFAULT_DETECTOR, DETECTOR_BACKENDS, check_detector
-from xmr.llm import LLMSpec
-from xmr.options import (
+from xmr.fields import (
     address_option,
     check_options,
     load_yaml,
@@ -30,6 +29,7 @@ from xmr.options import (
     resolve_paths,
     tracking_uri_option,
 )
+from xmr.llm import LLMSpec
 from xmr.pretrained import local_model_dir
 from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL

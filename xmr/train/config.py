@@ -13,9 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from xmr.fields import check_options, resolve_paths
 from xmr.models import ModelSpec
 from xmr.models.losses import LossConfig
-from xmr.options import check_options, resolve_paths
 from xmr.storage import StoragePath, storage_path
 from xmr.train.convergence import AUTO, Convergence
 from xmr.train.options import DEFAULT_STORAGE, TrainOptions
@@ -246,6 +246,17 @@ class TrainConfig:
             data[key] = None if data[key] is None else str(data[key])
         data["ks"] = list(self.ks)
         return data
+
+    @classmethod
+    def from_options(cls, options: TrainOptions) -> TrainConfig:
+        """The run ``xmr train``'s options define, with the family's defaults for the unset
+        ones (:func:`resolve_config`).
+
+        Raises:
+            ValueError: an unknown family, or values that contradict each other.
+        """
+        fields = {**asdict(options), "name": options.name or "", "seed": options.seed or 0}
+        return resolve_config(fields.pop("model"), **fields)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:

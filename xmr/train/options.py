@@ -1,23 +1,21 @@
-"""The options of ``xmr train`` (:class:`TrainOptions`): its flags, their defaults and help.
+"""The options of ``xmr train`` (:class:`TrainOptions`): its flags, their defaults and help,
+and :class:`TrainChoice`, the group of them that the jobs share.
 
 An option left unset (None) takes the model family's default when the options resolve to a
-:class:`~xmr.train.config.TrainConfig` (:meth:`TrainOptions.config`). Importing this module
-loads neither torch nor Ray (the command line builds its help from it).
+:class:`~xmr.train.config.TrainConfig` (:meth:`~xmr.train.config.TrainConfig.from_options`).
+Importing this module loads neither torch, Ray nor a command-line library (the command line
+builds its help from it).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from xmr.data.registry import DATASETS
-from xmr.options import check_name, check_options, option, resolve_paths
+from xmr.fields import check_name, check_options, option, resolve_paths
 from xmr.storage import StoragePath
 from xmr.train.convergence import AUTO
-
-if TYPE_CHECKING:
-    from xmr.train.config import TrainConfig
 
 DEFAULT_STORAGE = Path("xmr-runs")
 """Where runs and their checkpoints go (under ``$XMR_STORAGE`` when set, else in the working
@@ -25,8 +23,10 @@ directory)."""
 
 
 @dataclass(frozen=True)
-class TrainOptions:
-    """``xmr train``'s options, named as its flags (paths absolute)."""
+class TrainChoice:
+    """What is trained on what, for how long: the option group that ``xmr train`` and the jobs
+    that train share (each subclasses it, so its flags come first and read the same
+    everywhere). Unset (None) values take the model family's defaults when resolved."""
 
     model: str = option("clip", "Model family: clip | vsepp | blip | eiclip (see `xmr models`).")
     arch: str | None = option(None, "Architecture (default: the family's, see `xmr models`).")
@@ -35,8 +35,32 @@ class TrainOptions:
     )
     dataset: str = option("toyworld", " | ".join(DATASETS))
     data: StoragePath | None = option(
-        None, "Dataset folder, a path or s3://…; default: the embedded ToyWorld."
+        None,
+        "Dataset folder, a path or s3://…; default: the embedded ToyWorld (a job: its world, "
+        "generated into the job's folder).",
     )
+    epochs: int | str | None = option(
+        None,
+        "Epochs, or 'auto': until the val split's RSUM levels off (see --patience, "
+        "--min-delta, --max-epochs), then test the best epoch's weights (default: the "
+        "family's number).",
+        cli_type=str,
+    )
+    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
+
+    def __post_init__(self) -> None:
+        """Parses ``--epochs``, checks every option's bounds and makes the paths absolute
+        (a subclass's fields too)."""
+        object.__setattr__(self, "epochs", parse_epochs(self.epochs))
+        check_options(self)
+        resolve_paths(self)
+
+
+@dataclass(frozen=True)
+class TrainOptions(TrainChoice):
+    """``xmr train``'s options, named as its flags (paths absolute): :class:`TrainChoice`'s,
+    then how the run trains, where it goes and on what resources."""
+
     split: str = option("train", "Training split.")
     synth: StoragePath | None = option(
         None, "A D′ folder (path or s3://…) from `xmr synth` to train on D ∪ D′."
@@ -52,13 +76,6 @@ class TrainOptions:
     )
     fair_alpha: float = option(
         0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
-    )
-    epochs: int | str | None = option(
-        None,
-        "Epochs, or 'auto': until the val split's RSUM levels off (see --patience, "
-        "--min-delta, --max-epochs), then test the best epoch's weights (default: the "
-        "family's number).",
-        cli_type=str,
     )
     patience: int | None = option(
         None, "--epochs auto: evaluations without a gain before it stops (default: 3).", ge=1
@@ -76,7 +93,6 @@ class TrainOptions:
         "spans N. Excludes --epochs (e.g. a D-only control matched to a D ∪ D′ run's steps).",
         ge=1,
     )
-    batch_size: int | None = option(None, "Global batch size (default: the family's).", ge=1)
     lr: float | None = option(None, "Learning rate (default: the family's).", gt=0)
     precision: str = option(
         "fp32",
@@ -123,21 +139,8 @@ class TrainOptions:
     max_failures: int = option(2, "Worker-group restarts from the last checkpoint.", ge=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epochs", parse_epochs(self.epochs))
-        check_options(self)
+        super().__post_init__()
         check_name(self.name)
-        resolve_paths(self)
-
-    def config(self) -> TrainConfig:
-        """The run these options define, with the family's defaults for the unset ones.
-
-        Raises:
-            ValueError: an unknown family, or values that contradict each other.
-        """
-        from xmr.train.config import resolve_config
-
-        fields = {**asdict(self), "name": self.name or "", "seed": self.seed or 0}
-        return resolve_config(fields.pop("model"), **fields)
 
 
 def parse_epochs(value: int | str | None) -> int | str | None:

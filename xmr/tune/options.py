@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmr.options import check_name, check_options, load_yaml, option, resolve_paths
+from xmr.fields import check_name, check_options, load_yaml, option, resolve_paths
 from xmr.storage import StoragePath
 from xmr.tune.space import SearchSpace, load_space, shipped_spaces
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from xmr.eval.options import EvalOptions
+from xmr.fields import load_yaml, option_fields, path_fields
 from xmr.metrics.direction import find_direction
-from xmr.options import load_yaml, option_fields, path_fields
 from xmr.storage import storage_path
 from xmr.train.options import TrainOptions
 
