@@ -34,7 +34,7 @@ from xmr.synth.command import SynthFile
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import ratio_shortfall, training_data
-from xmr.train.options import SeedOptions, TrainChoice, TrainOptions
+from xmr.train.options import DataChoice, ModelChoice, SeedOptions, TrainChoice, TrainOptions
 from xmr.tune.space import EVAL_OPTIONS, TRAIN_OPTIONS, SpaceError, load_space
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,15 +332,25 @@ def _shown(command: click.Command, group: type) -> dict[str, tuple]:
     }
 
 
-@pytest.mark.parametrize("job", ["odmap", "biaug"])
-def test_a_job_s_shared_flags_read_as_the_command_s(job: str) -> None:
-    """A job's TrainChoice flags are ``xmr train``'s, and the BiAug job's LLM flags are
-    ``xmr synth``'s, to the help text: both come from the one group, so they cannot drift."""
+@pytest.mark.parametrize(
+    ("job", "groups"),
+    [
+        ("odmap", (TrainChoice,)),
+        ("biaug", (TrainChoice,)),
+        ("gender", (ModelChoice, DataChoice)),
+        ("eiclip", (DataChoice,)),
+    ],
+)
+def test_a_job_s_shared_flags_read_as_the_command_s(job: str, groups: tuple[type, ...]) -> None:
+    """A job's model, data and training flags are ``xmr train``'s, and the BiAug job's LLM
+    flags are ``xmr synth``'s, to the help text: both come from the one group, so they cannot
+    drift."""
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     submitted = _job_command(job)
-    shared = _shown(submitted, TrainChoice)
-    assert set(shared) == {flag(item) for item in option_fields(TrainChoice)}
-    assert shared == _shown(commands["train"], TrainChoice)
+    for group in groups:
+        shared = _shown(submitted, group)
+        assert set(shared) == {flag(item) for item in option_fields(group)}
+        assert shared == _shown(commands["train"], group)
     if job == "biaug":
         llm = _shown(submitted, LLMSpec)
         assert set(llm) == {flag(item) for item in option_fields(LLMSpec)}  # all 15

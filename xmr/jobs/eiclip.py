@@ -44,7 +44,7 @@ from xmr.jobs.comparison import comparison_table, condition_metrics, record_comp
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.storage import StoragePath
-from xmr.train.options import TrainOptions
+from xmr.train.options import DataChoice, TrainOptions
 
 DATASETS = ("toyworld", "fashiongen")
 """The datasets with product entities EI-CLIP learns from."""
@@ -60,16 +60,10 @@ PROTOCOLS = {"full": "Full candidate set", "subcat": "Sample 100 (same sub-categ
 
 
 @dataclass(frozen=True)
-class EiClipJobOptions:
-    """The experiment's options: data, model, budget, the baseline, scale."""
+class EiClipJobOptions(DataChoice):
+    """The experiment's options: :class:`DataChoice`'s, the models' size and budget (both
+    runs'), the baseline, scale."""
 
-    dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: StoragePath | None = option(
-        None,
-        "Dataset folder (fashiongen: the local or shared folder of "
-        "fashiongen_256_256_{train,validation}.h5; toyworld: a path or s3://…, default a shop "
-        "world generated into the job's folder).",
-    )
     world_config: Path | None = option(
         None, "ToyWorld without --data: a shop world's YAML (default: the packaged shop world)."
     )

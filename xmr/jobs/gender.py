@@ -25,12 +25,13 @@ import pandas as pd
 from rich.console import Group
 from rich.table import Table
 
-from xmr.data.registry import DATASETS, check_data_root
+from xmr.data.registry import check_data_root
 from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.storage import StoragePath, storage_path
+from xmr.train.options import DataChoice, ModelChoice
 from xmr.tune.space import Domain, SearchSpace, load_space
 
 SWEEPS = {"fair-alpha": ("fair_alpha", "fair_alpha"), "clip-m": ("clip_m", "clip_m")}
@@ -57,20 +58,10 @@ def parse_values(text: str, flag: str, *, integer: bool = False) -> tuple[float,
 
 
 @dataclass(frozen=True)
-class GenderJobOptions:
-    """The experiment's options: data, model, the swept values, trial resources."""
+class GenderJobOptions(ModelChoice, DataChoice):
+    """The experiment's options: :class:`DataChoice`'s and :class:`ModelChoice`'s (the model
+    family of the trials), the swept values, trial resources."""
 
-    dataset: str = option("toyworld", " | ".join(DATASETS))
-    data: StoragePath | None = option(
-        None,
-        "Dataset folder, a path or s3://… (toyworld: default, a world generated into the "
-        "job's folder).",
-    )
-    model: str = option("clip", "Model family of the trials (see `xmr models`).")
-    arch: str | None = option(None, "Architecture (default: the family's).")
-    pretrained: str | None = option(
-        None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
-    )
     epochs: int | None = option(None, "Epochs of each α trial (default: the space's).", ge=1)
     alphas: str = option(
         "0,0.2,0.4,0.6,0.8,1",

@@ -23,22 +23,37 @@ directory)."""
 
 
 @dataclass(frozen=True)
-class TrainChoice:
-    """What is trained on what, for how long: the option group that ``xmr train`` and the jobs
-    that train share (each subclasses it, so its flags come first and read the same
-    everywhere). Unset (None) values take the model family's defaults when resolved."""
+class ModelChoice:
+    """Which model: the option group of every command and job that trains or evaluates a
+    model family (its flags read the same everywhere)."""
 
     model: str = option("clip", "Model family: clip | vsepp | blip | eiclip (see `xmr models`).")
     arch: str | None = option(None, "Architecture (default: the family's, see `xmr models`).")
     pretrained: str | None = option(
         None, "Pretrained weights tag, or 'none' (default: the family's; ToyWorld: none)."
     )
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    """On what data: the option group of every command and job that reads a dataset."""
+
     dataset: str = option("toyworld", " | ".join(DATASETS))
     data: StoragePath | None = option(
         None,
-        "Dataset folder, a path or s3://…; default: the embedded ToyWorld (a job: its world, "
-        "generated into the job's folder).",
+        "Dataset folder (COCO, Flickr30k, Fashion-Gen's .h5 files, a ToyWorld), a path or "
+        "s3://…; default: the embedded ToyWorld (a job: its world, generated into the job's "
+        "folder).",
     )
+
+
+@dataclass(frozen=True)
+class TrainChoice(DataChoice, ModelChoice):
+    """What is trained on what, for how long: the option group that ``xmr train`` and the jobs
+    that train share (each subclasses it, so its flags come first and read the same
+    everywhere): :class:`ModelChoice`, :class:`DataChoice`, the epochs and the batch size.
+    Unset (None) values take the model family's defaults when resolved."""
+
     epochs: int | str | None = option(
         None,
         "Epochs, or 'auto': until the val split's RSUM levels off (see --patience, "
