@@ -54,7 +54,8 @@ from xmr.train.gpu_utilisation import GpuUtilisation
 from xmr.train.loader import loader_count
 from xmr.train.optim import make_optimizer, make_scheduler
 from xmr.train.precision import PRECISIONS, grad_scaler
-from xmr.train.run import TrainResult, train
+from xmr.train.result import TrainResult
+from xmr.train.run import train
 
 
 def step_loop(

@@ -15,7 +15,8 @@ from xmr.cli import app
 from xmr.models import ModelSpec, create_model
 from xmr.storage import ObjectPath
 from xmr.train.config import resolve_config
-from xmr.train.run import FINAL_METRICS_KEY, RUN_FILE, train
+from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE
+from xmr.train.run import train
 
 pytestmark = pytest.mark.slow
 

@@ -400,7 +400,7 @@ def test_the_summary_shows_each_final_metric_with_its_interval(tmp_path) -> None
     from rich.console import Console
 
     from xmr.train.report import print_summary
-    from xmr.train.run import TrainResult
+    from xmr.train.result import TrainResult
 
     metrics = {
         "test/recall_t2i_at_1": 0.25, "test/recall_t2i_at_1_ci_low": 0.2,

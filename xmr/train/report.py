@@ -13,7 +13,7 @@ from rich.table import Table
 from xmr.train.config import TrainConfig
 
 if TYPE_CHECKING:
-    from xmr.train.run import TrainResult
+    from xmr.train.result import TrainResult
     from xmr.train.seeds import SeedsResult
 
 

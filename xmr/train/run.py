@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,25 +57,10 @@ from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, stop_rea
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
 from xmr.train.loader import StartClock, loader_count, training_dataset, training_plan
 from xmr.train.loop import MODEL_FILE, train_loop
+from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE, RUN_ID_KEY, TrainResult
 
-RUN_FILE = "xmr_run.json"
-RUN_ID_KEY = "mlflow_run_id"  # the MLflow run's id in RUN_FILE
-FINAL_METRICS_KEY = "final_metrics"  # in RUN_FILE once training has finished
 STOP_REASON_TAG = "xmr.stop_reason"  # why a run trained with --epochs auto stopped where it did
 TRAIN_PRINT_PATCH = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train passes it on to the workers
-
-
-@dataclass
-class TrainResult:
-    """The outcome of :func:`train`: final metrics (MLflow names), where the weights are."""
-
-    metrics: dict[str, float]
-    run_dir: StoragePath
-    last_checkpoint: StoragePath
-    best_checkpoint: StoragePath | None
-    mlflow_run_id: str
-    data: TrainingData
-    experiment: str  # the MLflow experiment of the run
 
 
 class MlflowReporter(ray.train.UserCallback):

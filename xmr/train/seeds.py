@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,9 +34,7 @@ from xmr.tracking import (
     write_run_record,
 )
 from xmr.train.config import TrainConfig
-
-if TYPE_CHECKING:
-    from xmr.train.run import TrainResult
+from xmr.train.result import RUN_FILE, RUN_ID_KEY, TrainResult
 
 SEEDS_FILE = "xmr_seeds.json"  # the parent run's record, in <storage>/<name>/
 SEEDS_PARAM = "train.seeds"  # the parent's seeds, comma-separated
@@ -113,7 +110,7 @@ def train_seeds(
         ValueError: ``<storage>/<name>`` holds a single training run; or what
             :func:`~xmr.train.run.train` raises for a seed's run (the parent ends FAILED).
     """
-    from xmr.train.run import RUN_FILE, train  # Ray: only once there is training to do
+    from xmr.train.run import train  # Ray: only once there is training to do
 
     name = name or config.default_name(seeded=False)
     group_dir = config.storage / name
@@ -147,7 +144,6 @@ def _parent_run(
 ) -> TrackedRun:
     """The parent run of the group ``name`` (RUNNING): the one its record remembers for these
     seeds on this store, or a new one (then remembered in its place)."""
-    from xmr.train.run import RUN_ID_KEY
 
     record = config.storage / name / SEEDS_FILE
     listed = ",".join(str(seed) for seed in seeds)
