@@ -1,7 +1,8 @@
-"""The D′ builds give the same bytes for the same config and seed: a removal D′ and a BiAug D′
-(``--llm oracle --boxes gt --fill render``) of a tiny ToyWorld, each compared with golden
+"""The D′ builds give the same bytes for the same config and seed: two removal D′s and a BiAug
+D′ (``--llm oracle --boxes gt --fill render``) of a tiny ToyWorld, each compared with golden
 digests of what it wrote (shard rows and images, the plan, errors, reasons, the manifest but
-its timings), computed from the builds before they shared one runner.
+its timings), computed from the builds before they shared one runner (on Ray Data). They run in
+this process (:class:`~xmr.pipeline.LocalExecutor`), and once on Ray (``slow``).
 
 Paths and the package version are taken out first: the world's folder is ``<world>`` in every
 file, and the version is pinned (the config hash includes it), so that only a change of what a
@@ -14,16 +15,17 @@ import hashlib
 import importlib
 import json
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from xmr.data.toyworld import WorldConfig, generate
+from xmr.pipeline import Executor, LocalExecutor
 
-pytestmark = pytest.mark.slow
-
-SYNTH_MODULES = ("xmr.synth.build", "xmr.synth.biaug_build")
+SYNTH_MODULES = ("xmr.synth.runner", "xmr.synth.removal.method", "xmr.synth.biaug.method")
 """The modules that write a build's version."""
 VOLATILE = ("created", "timings_s", "busy_s", "rows_per_second")
 """Manifest keys that say when and how fast a build ran, not what it wrote."""
@@ -104,16 +106,13 @@ def _options(build: str, world: Path, out: Path) -> dict:
             "log_mlflow": False, **BUILDS[build]}  # fmt: skip
 
 
-def _build(build: str, world: Path, out: Path):
-    from xmr.synth.build import synthesize
+def _build(build: str, world: Path, out: Path, executor: Callable[[], Executor]):
     from xmr.synth.config import load_configs, load_llm_spec
+    from xmr.synth.methods import synthesize
 
     config, runtime = load_configs(None, _options(build, world, out))
-    if config.mode == "biaug":
-        from xmr.synth.biaug_build import synthesize_biaug
-
-        return synthesize_biaug(config, runtime, load_llm_spec(None, {"backend": "oracle"}))
-    return synthesize(config, runtime)
+    llm = load_llm_spec(None, {"backend": "oracle"}) if config.mode == "biaug" else None
+    return synthesize(config, runtime, llm, executor=executor)
 
 
 def _normalised(value: object, world: Path) -> str:
@@ -153,9 +152,21 @@ def digests(out: Path, world: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("build", list(BUILDS))
 def test_a_build_writes_the_golden_bytes(
-    build, world, tmp_path, pinned_version, local_ray, nltk_tagger
+    build, world, tmp_path, pinned_version, nltk_tagger
 ) -> None:
     out = tmp_path / "out"
-    result = _build(build, world, out)
+    result = _build(build, world, out, LocalExecutor)
     assert result.manifest["written"] >= 8 and result.manifest["counts"]["shards"] > 1
+    assert digests(out, world) == GOLDEN[build]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_a_build_on_ray_writes_the_golden_bytes(
+    build, world, tmp_path, pinned_version, local_ray, nltk_tagger
+) -> None:
+    from xmr.pipeline.ray_executor import RayExecutor
+
+    out = tmp_path / "out"
+    _build(build, world, out, partial(RayExecutor, progress=False))
     assert digests(out, world) == GOLDEN[build]

@@ -236,7 +236,7 @@ def _prepare_inputs(
     fixed = dict(space.fixed)
     if space.command == "train" and fixed.get("synth") == DEFAULT_SYNTH:
         from xmr.data.default_world import default_toyworld
-        from xmr.synth.build import synthesize_defaults
+        from xmr.synth.methods import synthesize_defaults
 
         if fixed.get("dataset", "toyworld") != "toyworld" or fixed.get("data"):
             raise SpaceError(f"{space.origin}: synth: default is D′ of the embedded ToyWorld only")

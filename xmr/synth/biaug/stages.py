@@ -45,14 +45,14 @@ from xmr.llm import ChatRequest, ChatResult, LLMSpec, create_chat
 from xmr.llm.spec import ORACLE
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.removal.planning import box_mask
-from xmr.synth.config import SynthConfig
-from xmr.synth.stages import (
+from xmr.synth.batch import (
     encode_png,
     fail_row,
     failed_rows,
     seconds_per_row,
     with_error_columns,
 )
+from xmr.synth.config import SynthConfig
 
 GROUP_COLUMNS = (
     "key", "image_id", "caption_id", "source_caption", "path", "width", "height", "object",
