@@ -170,3 +170,22 @@ def test_a_build_on_ray_writes_the_golden_bytes(
     out = tmp_path / "out"
     _build(build, world, out, partial(RayExecutor, progress=False))
     assert digests(out, world) == GOLDEN[build]
+
+
+def test_a_finished_build_reruns_without_an_executor(world, tmp_path, nltk_tagger) -> None:
+    """A rerun into a finished ``--out`` plans nothing and makes no row: its executor is never
+    made, and every shard counts as resumed."""
+    out = tmp_path / "out"
+    first = _build("biaug", world, out, LocalExecutor)
+    files = {
+        name: digest for name, digest in digests(out, world).items() if name != "manifest.json"
+    }
+
+    def no_executor() -> Executor:
+        raise AssertionError("a finished build made an executor")
+
+    again = _build("biaug", world, out, no_executor)
+    counts = again.manifest["counts"]
+    assert counts["shards_resumed"] == counts["shards"] and counts["rows_this_run"] == 0
+    assert {n: d for n, d in digests(out, world).items() if n != "manifest.json"} == files
+    assert again.manifest["written"] == first.manifest["written"]

@@ -120,6 +120,12 @@ class _LLMStage(Stage):
         else:
             self.chat = create_chat(self.llm, self.device, self.engine_failures)
 
+    def teardown(self) -> None:
+        """Close the backend (its connections, event loop or local model)."""
+        if self.chat is not None:
+            self.chat.close()
+            self.chat = None
+
     def image(self, batch: Batch, i: int) -> str | None:
         """Row ``i``'s image path when the backend reads images, else None."""
         return str(batch["path"][i]) if self.llm.reads_images else None
@@ -277,6 +283,9 @@ class VerifyObjects(Stage):
         )
         self.detector.load()
 
+    def teardown(self) -> None:
+        self.detector = None
+
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["key"])
@@ -409,6 +418,9 @@ class InpaintPairs(Stage):
             resolution=c.sd_resolution,
         )
         self.inpainter.load()
+
+    def teardown(self) -> None:
+        self.inpainter = self.oracle = None
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()

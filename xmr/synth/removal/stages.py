@@ -112,6 +112,9 @@ class DetectObjects(Stage):
         )
         self.detector.load()
 
+    def teardown(self) -> None:
+        self.detector = None
+
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["record"])
@@ -267,6 +270,9 @@ class FillImages(_RowStage):
         elif self.resources.cpus >= 1:
             cv2.setNumThreads(int(self.resources.cpus))
 
+    def teardown(self) -> None:
+        self.inpainter = None
+
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         out = with_error_columns(batch)
@@ -320,6 +326,9 @@ class WriteCaptions(_RowStage):
         if self.config.caption == "captioner":
             self.captioner = ImageCaptioner(self.config.captioner_model, device=self.device)
             self.captioner.load()
+
+    def teardown(self) -> None:
+        self.captioner = None
 
     def _one(self, batch: Batch, i: int) -> str:
         if self.config.caption == "prompt":
