@@ -57,11 +57,11 @@ from xmr.biaug import ToyWorldOracle
 from xmr.data.records import ImageRecord
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import Batch, Stage, rows_to_batch
-from xmr.synth.biaug_build import hard_negative_groups, source_examples
-from xmr.synth.biaug_stages import InpaintPairs, VerifyObjects
-from xmr.synth.build import read_inputs
+from xmr.synth.batch import ERROR_COLUMNS
+from xmr.synth.biaug.method import hard_negative_groups, source_examples
+from xmr.synth.biaug.stages import InpaintPairs, VerifyObjects
 from xmr.synth.config import SynthConfig, load_configs
-from xmr.synth.stages import ERROR_COLUMNS
+from xmr.synth.inputs import read_inputs
 from xmr.text.class_words import COCO_CLASSES
 from xmr.toyworld import generate
 from xmr.toyworld.scene.classes import palette

@@ -3,7 +3,7 @@
 Both do the same work on the same inputs: plan removals (with caption mentions), load each source
 image, fill the removed boxes, encode PNG, rewrite the caption by noun-phrase removal and commit
 Parquet shards. The loop calls the very same stage classes one batch at a time in this process;
-the pipeline is ``xmr.synth.build.synthesize`` on a local Ray (started once, outside the timings;
+the pipeline is ``xmr.synth.methods.synthesize`` on a local Ray (started once, outside the timings;
 its cold start is reported separately). Every measured run starts with cold caption caches: the
 loop clears its tagger cache, and each pipeline run gets a fresh Ray whose workers are warmed up
 (imports, tagger) on the val split. Reports rows/s of each, the ratio, a table over worker
@@ -34,10 +34,13 @@ import ray
 from xmr.data import dataset_splits
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import rows_to_batch
-from xmr.synth.build import read_inputs, synthesize
 from xmr.synth.config import SynthConfig, SynthRuntime
-from xmr.synth.output import commit_shard, error_record, pair_record, split_shards
-from xmr.synth.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
+from xmr.synth.inputs import read_inputs
+from xmr.synth.methods import synthesize
+from xmr.synth.output import commit_shard, error_record, split_shards
+from xmr.synth.removal.plan import pair_record
+from xmr.synth.removal.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
+from xmr.synth.runner import ray_executor
 from xmr.text.noun_phrases import _cached_spans
 from xmr.toyworld.default_world import default_toyworld
 
@@ -72,7 +75,7 @@ def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> t
 def pipeline_build(config: SynthConfig, out: Path, fill_actors: int) -> dict:
     runtime = SynthRuntime(out=out, fill_actors=fill_actors, caption_actors=fill_actors,
                            progress=False, log_mlflow=False)  # fmt: skip
-    return synthesize(config, runtime).manifest
+    return synthesize(config, runtime, executor=ray_executor(runtime)).manifest
 
 
 def fresh_ray(config: SynthConfig) -> None:

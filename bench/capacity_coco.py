@@ -47,11 +47,12 @@ from rich.table import Table
 from xmr.data.errors import DataError
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import Batch, rows_to_batch
-from xmr.synth.biaug_stages import decouple_request, propose_request
-from xmr.synth.build import read_inputs
+from xmr.synth.biaug.stages import decouple_request, propose_request
 from xmr.synth.config import SynthConfig
-from xmr.synth.output import commit_shard, pair_record
-from xmr.synth.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
+from xmr.synth.inputs import read_inputs
+from xmr.synth.output import commit_shard
+from xmr.synth.removal.plan import pair_record
+from xmr.synth.removal.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
 from xmr.text.noun_phrases import _cached_spans
 
 COCO_TRAIN_IMAGES = 118_287  # COCO train2017 (captions_train2017.json: 591,753 captions)

@@ -241,12 +241,12 @@ def test_vllm_engine_passes_answer_through_the_cache(
     the engine nothing and gives the same groups."""
     from xmr.llm import LLMSpec
     from xmr.pipeline.ray_executor import RayExecutor
-    from xmr.synth import biaug_build
-    from xmr.synth.build import read_inputs
+    from xmr.synth.biaug import method as biaug_method
     from xmr.synth.config import load_configs
+    from xmr.synth.inputs import read_inputs
 
     log = tmp_path / "asked.txt"
-    monkeypatch.setattr(biaug_build, "build_vllm_processor", _stand_in_vllm(log))
+    monkeypatch.setattr(biaug_method, "build_vllm_processor", _stand_in_vllm(log))
     config, runtime = load_configs(None, {
         "mode": "biaug", "dataset": "coco", "data": marked_coco, "limit": 6,
         "detector_model": str(models[0]), "box_threshold": 0.01, "text_threshold": 0.01,
@@ -257,9 +257,9 @@ def test_vllm_engine_passes_answer_through_the_cache(
                   batch_size=4, cache_dir=tmp_path / "cache")  # fmt: skip
     llm.check_ready()
     records, _ = read_inputs(config, marked_coco)
-    examples = biaug_build.source_examples(records, config)
+    examples = biaug_method.source_examples(records, config)
     executor = RayExecutor(progress=False)
-    groups, errors, _, stats, busy, _ = biaug_build.plan_pass(
+    groups, errors, _, stats, busy, _ = biaug_method.plan_pass(
         executor, examples, config, runtime, llm
     )
     assert stats["source_examples"] == len(examples) == 6 and busy["llm_engine"] > 0
@@ -270,7 +270,7 @@ def test_vllm_engine_passes_answer_through_the_cache(
     assert failed["stage"] == "propose" and failed["message"] == "CUDA error: out of memory"
     assert groups and {g["phrase"].split()[1] for g in groups} == {"red"}
     log.unlink()
-    again = biaug_build.plan_pass(executor, examples, config, runtime, llm)
+    again = biaug_method.plan_pass(executor, examples, config, runtime, llm)
     assert again[0] == groups and again[1] == errors
     # only the question the engine failed on is asked again (failures are not cached)
     assert len(log.read_text().split()) == 1
@@ -343,8 +343,8 @@ def test_annotation_boxes_confirm_proposals_without_a_detector(oracle_world) -> 
     from xmr.detection import Detection
     from xmr.llm import LLMSpec
     from xmr.pipeline import Resources
-    from xmr.synth.biaug_build import source_examples
-    from xmr.synth.biaug_stages import VerifyObjects, annotated_detections
+    from xmr.synth.biaug.method import source_examples
+    from xmr.synth.biaug.stages import VerifyObjects, annotated_detections
     from xmr.synth.config import load_configs
 
     dogs = [["dog", [10, 10, 20, 10]], ["dog", [40, 30, 10, 20]], ["sports ball", [0, 0, 5, 5]]]
@@ -391,8 +391,8 @@ def test_garbage_from_a_tiny_local_llm_fails_row_by_row(small_toyworld, tmp_path
     from xmr.data import read_dataset
     from xmr.llm import LLMSpec
     from xmr.pipeline import Resources
-    from xmr.synth.biaug_build import source_examples
-    from xmr.synth.biaug_stages import ProposeObjects
+    from xmr.synth.biaug.method import source_examples
+    from xmr.synth.biaug.stages import ProposeObjects
     from xmr.synth.config import load_configs
 
     config, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
@@ -412,7 +412,7 @@ def test_render_fill_repaints_only_the_box_in_the_named_colours(small_toyworld) 
     from xmr.data import read_dataset
     from xmr.data.images import decode_image, load_image
     from xmr.pipeline import Resources
-    from xmr.synth.biaug_stages import InpaintPairs
+    from xmr.synth.biaug.stages import InpaintPairs
     from xmr.synth.config import load_configs
     from xmr.toyworld.scene.classes import palette
 

@@ -1,4 +1,4 @@
-"""xmr.synth.captions: the caption y' of a synthetic image (noun-phrase removal, prompts, a
+"""xmr.synth.removal.captions: the caption y' of a synthetic image (noun-phrase removal, prompts, a
 captioning model), on hand-made captions, the real coco-mini captions, the Flickr30k fixture and
 tiny random captioning models loaded through ``from_pretrained``."""
 
@@ -14,7 +14,7 @@ from tiny_captioner import build_tiny_captioner, build_tiny_vision_encoder_decod
 from transformers import AutoProcessor, BertConfig
 
 from xmr.data import Caption, EntityPhrase, ImageRecord, read_coco, read_flickr30k
-from xmr.synth.captions import (
+from xmr.synth.removal.captions import (
     CAPTION_METHODS,
     ImageCaptioner,
     prompt_caption,

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xmr.pipeline import Resources, Stage
-from xmr.pipeline.ray_executor import StagePool
+from xmr.pipeline import LocalExecutor, Resources, Stage
+from xmr.pipeline.ray_executor import RayExecutor, StagePool
 
 
 class SquareOrFail(Stage):
@@ -47,6 +47,61 @@ def test_a_stage_pool_on_ray_keeps_order_and_every_row(local_ray) -> None:
         assert pool.run([]) == {}
     finally:
         pool.close()
+
+
+class Counted(Stage):
+    """Adds ``add`` to ``x``; counts its setups, batches and teardowns in a file per process
+    (``marks``, a folder) as ``setup``, ``batch <size>`` and ``teardown`` lines."""
+
+    name = "counted"
+    needs_actor = True
+
+    def __init__(self, add: int, batch_size: int, marks: str) -> None:
+        super().__init__(Resources(cpus=0.5), batch_size)
+        self.add, self.marks = add, marks
+
+    def _note(self, line: str) -> None:
+        with (Path(self.marks) / f"{self.add}-{os.getpid()}").open("a") as log:
+            log.write(line + "\n")
+
+    def setup(self) -> None:
+        self._note("setup")
+
+    def teardown(self) -> None:
+        self._note("teardown")
+
+    def process(self, batch):
+        self._note(f"batch {len(batch['x'])}")
+        return {**batch, "x": np.asarray(batch["x"]) + self.add}
+
+
+def _notes(marks: Path, add: int) -> list[str]:
+    return [line for log in sorted(marks.glob(f"{add}-*")) for line in log.read_text().splitlines()]
+
+
+def test_the_local_executor_recuts_batches_keeps_order_and_tears_down(tmp_path) -> None:
+    executor = LocalExecutor(cpus=3)
+    assert (executor.cpus, executor.gpus) == (3, 0)
+    stages = [(Counted(1, 4, str(tmp_path)), 2), (Counted(10, 7, str(tmp_path)), 1)]
+    out = list(executor.stream([{"x": i} for i in range(10)], stages, blocks=3))
+    assert [len(b["x"]) for b in out] == [7, 3]
+    assert np.concatenate([b["x"] for b in out]).tolist() == [i + 11 for i in range(10)]
+    assert _notes(tmp_path, 1) == ["setup", "batch 4", "batch 4", "batch 2", "teardown"]
+    assert _notes(tmp_path, 10) == ["setup", "batch 7", "batch 3", "teardown"]
+    assert list(executor.stream([], stages, blocks=1)) == []
+    with pytest.raises(ValueError, match="needs the Ray executor"):
+        next(executor.transform([{"x": 1}], lambda ds: ds, blocks=1))
+
+
+def test_ray_data_actors_tear_their_stage_down(local_ray, tmp_path) -> None:
+    executor = RayExecutor(progress=False)
+    stages = [(Counted(1, 4, str(tmp_path)), 1)]
+    out = list(executor.stream([{"x": i} for i in range(10)], stages, blocks=2))
+    assert np.concatenate([b["x"] for b in out]).tolist() == [i + 1 for i in range(10)]
+    deadline = time.monotonic() + 60
+    while "teardown" not in _notes(tmp_path, 1) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the pool's actors end when the stream is done
+    assert _notes(tmp_path, 1).count("setup") == _notes(tmp_path, 1).count("teardown") == 1
 
 
 class Marked(Stage):

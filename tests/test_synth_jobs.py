@@ -16,8 +16,9 @@ import pytest
 from conftest import NLTK_DATA
 
 from xmr.data.synthetic import read_manifest, read_synthetic
-from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
+from xmr.synth.methods import synthesize
+from xmr.synth.runner import ray_executor
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +48,13 @@ OPTIONS = {"rows_per_shard": 4, "batch_size": 4, "caption": "prompt", "fill": "n
 def reference(small_toyworld, local_ray, tmp_path_factory) -> Path:
     """The uninterrupted build of the options both tests use, in this process's Ray."""
     out = tmp_path_factory.mktemp("reference") / "out"
-    synthesize(*load_configs(None, {**OPTIONS, "data": small_toyworld, "out": out}))
+    _synthesize(small_toyworld, out)
     return out
+
+
+def _synthesize(world: Path, out: Path):
+    config, runtime = load_configs(None, {**OPTIONS, "data": world, "out": out})
+    return synthesize(config, runtime, executor=ray_executor(runtime))
 
 
 # The driver SIGKILLs its local Ray and then itself right after committing its third shard: the
@@ -56,9 +62,9 @@ def reference(small_toyworld, local_ray, tmp_path_factory) -> Path:
 _CRASH_AFTER_THIRD_SHARD = """
 import os, runpy, signal, sys
 import psutil
-import xmr.synth.build as build
+import xmr.synth.runner as runner
 
-commit, committed = build.commit_shard, []
+commit, committed = runner.commit_shard, []
 
 def commit_then_crash(*args, **kwargs):
     commit(*args, **kwargs)
@@ -68,7 +74,7 @@ def commit_then_crash(*args, **kwargs):
             child.kill()
         os.kill(os.getpid(), signal.SIGKILL)
 
-build.commit_shard = commit_then_crash
+runner.commit_shard = commit_then_crash
 sys.argv = ["xmr.synth", *sys.argv[1:]]
 runpy.run_module("xmr.synth", run_name="__main__")
 """
@@ -91,7 +97,7 @@ def test_killed_build_resumes_to_the_uninterrupted_output(
     assert committed == 3 < total
     assert not (out / "manifest.json").exists()
 
-    synthesize(*load_configs(None, {**OPTIONS, "data": small_toyworld, "out": out}))
+    _synthesize(small_toyworld, out)
     manifest = read_manifest(out)
     assert manifest["counts"]["shards_resumed"] == committed
     assert manifest["planned"] == manifest["written"] + manifest["errors"]
@@ -125,7 +131,7 @@ def test_a_worker_killed_mid_build_costs_nothing(
 
     killer = threading.Thread(target=kill_one_fill_worker)
     killer.start()
-    result = synthesize(*load_configs(None, {**OPTIONS, "data": small_toyworld, "out": out}))
+    result = _synthesize(small_toyworld, out)
     killer.join()
     assert killed, "no fill worker was found running"
     assert result.manifest["planned"] == result.manifest["written"] + result.manifest["errors"]

@@ -17,8 +17,9 @@ from xmr.data.images import decode_image
 from xmr.data.synthetic import read_manifest, read_synthetic, read_synthetic_errors
 from xmr.removal import plan_removals
 from xmr.removal.planning import box_mask
-from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
+from xmr.synth.methods import synthesize
+from xmr.synth.runner import ray_executor
 
 pytestmark = pytest.mark.slow
 runner = CliRunner()
@@ -36,7 +37,7 @@ def _build(world: Path, out: Path, **options):
             **options,
         },
     )
-    return synthesize(config, runtime)
+    return synthesize(config, runtime, executor=ray_executor(runtime))
 
 
 def _rows(out: Path) -> list[tuple]:

@@ -13,17 +13,17 @@ import pytest
 
 from xmr.data import Caption, DataError, ImageRecord, ObjectAnnotation, read_toyworld
 from xmr.removal import plan_removals, removal_plans
-from xmr.synth.build import inputs_hash, read_inputs
 from xmr.synth.config import SynthConfig, load_configs
+from xmr.synth.inputs import inputs_hash, read_inputs
 from xmr.synth.output import (
     check_out_dir,
     commit_shard,
     error_table,
     finished_shards,
-    save_plan,
     split_shards,
 )
-from xmr.synth.rows import PlannedRow, plan_rows, row_key
+from xmr.synth.removal.plan import save_plan
+from xmr.synth.removal.rows import PlannedRow, plan_rows, row_key
 
 RECORD = ImageRecord(
     image_id=7,
@@ -115,8 +115,8 @@ def test_caption_choice_is_seeded_and_all_takes_every_eligible_caption() -> None
 
 
 def test_np_removal_draws_only_captions_that_keep_a_word(nltk_tagger) -> None:
-    from xmr.synth.captions import rewrite_caption
-    from xmr.synth.rows import PlanFailure
+    from xmr.synth.removal.captions import rewrite_caption
+    from xmr.synth.removal.rows import PlanFailure
 
     record = ImageRecord(
         7, Path("/data/7.png"), 100, 100,
@@ -206,7 +206,8 @@ _BUILD_AND_REPORT_RAY = """
 import json, sys
 from pathlib import Path
 import ray
-from xmr.synth.build import synthesize
+from xmr.synth.methods import synthesize
+from xmr.synth.runner import ray_executor
 from xmr.synth.config import load_configs
 
 for out in sys.argv[2:]:
@@ -214,7 +215,7 @@ for out in sys.argv[2:]:
         None, {"data": Path(sys.argv[1]), "out": Path(out), "progress": False, "log_mlflow": False}
     )
     try:
-        synthesize(config, runtime)
+        synthesize(config, runtime, executor=ray_executor(runtime))
         refusal = None
     except ValueError as exc:
         refusal = str(exc)
@@ -252,7 +253,7 @@ def _planned_batch(config: SynthConfig, count: int) -> dict:
     """The planner stage's rows for the first images of ``config.data``, as the fill gets them."""
     from xmr.pipeline import Resources
     from xmr.pipeline.stage import rows_to_batch
-    from xmr.synth.stages import PlanRows, plan_inputs
+    from xmr.synth.removal.stages import PlanRows, plan_inputs
 
     records = read_toyworld(config.data, "train")[:count]
     planned = PlanRows(config, Resources(), 8).run_local(rows_to_batch(plan_inputs(records)))
@@ -265,7 +266,7 @@ def _planned_batch(config: SynthConfig, count: int) -> dict:
 def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger, fill, caption):
     from xmr.data.images import decode_image
     from xmr.pipeline import Resources
-    from xmr.synth.stages import FillImages, WriteCaptions
+    from xmr.synth.removal.stages import FillImages, WriteCaptions
 
     config = SynthConfig(data=small_toyworld, fill=fill, caption=caption)
     batch = _planned_batch(config, 6)

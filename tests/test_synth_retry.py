@@ -22,7 +22,7 @@ from xmr.cli import app
 from xmr.data import read_dataset
 from xmr.data.error_kinds import error_kind
 from xmr.data.synthetic import ROW_SCHEMA, read_manifest, read_synthetic_errors, synthetic_table
-from xmr.synth.biaug_build import source_examples
+from xmr.synth.biaug.method import source_examples
 from xmr.synth.config import load_configs
 from xmr.toyworld import WorldConfig, generate
 from xmr.toyworld.scene.classes import palette
@@ -149,7 +149,6 @@ def test_a_rerun_retries_transient_errors_and_only_them(
 def test_a_shard_retry_rewrites_only_its_failed_rows(tmp_path) -> None:
     """A committed shard's transient row is retried and the shard rewritten; a stop between
     the rewrite's two files leaves the row written, never lost or counted twice."""
-    from xmr.synth.build import ShardAssembler
     from xmr.synth.output import (
         commit_shard,
         finished_shards,
@@ -159,6 +158,7 @@ def test_a_shard_retry_rewrites_only_its_failed_rows(tmp_path) -> None:
         write_table_atomic,
     )
     from xmr.synth.retry import shard_retries
+    from xmr.synth.runner import ShardAssembler
 
     def row(key: str) -> dict:
         return {"key": key, "image": b"png", "caption": key, "source_image_id": 1,
@@ -220,8 +220,8 @@ def test_injected_llm_answers_are_refused_each_with_its_rule(tmp_path, monkeypat
     from xmr.llm import LLMSpec
     from xmr.pipeline import Resources
     from xmr.pipeline.stage import rows_to_batch
-    from xmr.synth.biaug_build import refused_groups
-    from xmr.synth.biaug_stages import DecoupleAttributes, ProposeObjects
+    from xmr.synth.biaug.method import refused_groups
+    from xmr.synth.biaug.stages import DecoupleAttributes, ProposeObjects
 
     monkeypatch.chdir(tmp_path)
     config, _ = load_configs(None, {"mode": "biaug"})
@@ -300,16 +300,18 @@ def test_an_image_that_failed_transiently_while_planning_is_planned_again(
     import shutil
 
     from xmr.data.synthetic import read_synthetic
-    from xmr.synth.build import synthesize
-    from xmr.synth.output import PLAN, PLAN_ERRORS, error_table, plan_table, read_plan
+    from xmr.synth.methods import synthesize
+    from xmr.synth.output import PLAN, PLAN_ERRORS, error_table
     from xmr.synth.output import write_table_atomic as write
+    from xmr.synth.removal.plan import plan_table, read_plan
+    from xmr.synth.runner import ray_executor
 
     def build(out: Path):
         config, runtime = load_configs(
             None, {"data": small_toyworld, "out": out, "limit": 12, "rows_per_shard": 4,
                    "caption": "prompt", "progress": False, "log_mlflow": False}
         )  # fmt: skip
-        return synthesize(config, runtime)
+        return synthesize(config, runtime, executor=ray_executor(runtime))
 
     def rows(out: Path) -> list[tuple]:
         return sorted((p.key, p.image, p.caption) for p in read_synthetic(out))

@@ -28,8 +28,9 @@ from xmr.eval.config import EvalConfig
 from xmr.eval.score import evaluate
 from xmr.models import ModelSpec, create_model
 from xmr.progress import PARTS
-from xmr.synth.build import synthesize
 from xmr.synth.config import load_configs
+from xmr.synth.methods import synthesize
+from xmr.synth.runner import ray_executor
 from xmr.tracking import PARENT_TAG
 from xmr.train.config import resolve_config
 from xmr.train.data import collate, training_data
@@ -42,7 +43,8 @@ pytestmark = pytest.mark.slow
 def small_dprime(small_toyworld, local_ray, nltk_tagger, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dprime") / "out"
     options = {"data": small_toyworld, "out": out, "progress": False, "log_mlflow": False}
-    synthesize(*load_configs(None, options))
+    config, runtime = load_configs(None, options)
+    synthesize(config, runtime, executor=ray_executor(runtime))
     return out
 
 

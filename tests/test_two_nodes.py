@@ -35,7 +35,7 @@ from ray_cluster import RAY, RayCluster, free_port, free_worker_ranges, running_
 
 from xmr.cluster import JOB_STOP_WAIT_S
 from xmr.data.synthetic import read_manifest, read_synthetic_errors, synthetic_table
-from xmr.synth.output import read_plan
+from xmr.synth.removal.plan import read_plan
 
 pytestmark = pytest.mark.slow
 

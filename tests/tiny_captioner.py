@@ -1,9 +1,10 @@
 """Tiny random-weight image-captioning models, saved in transformers layout.
 
-Tests load them through the real ``from_pretrained`` path (``xmr.synth.captions.ImageCaptioner``,
-``AutoProcessor``, ``AutoModelForImageTextToText``). The tokenizer is a real ``BertTokenizer``
-over a 30-token vocabulary of caption words; the models are a few hundred kilobytes of random
-weights that read 32 x 32 px images and write a caption of random words in well under a second.
+Tests load them through the real ``from_pretrained`` path
+(``xmr.synth.removal.captions.ImageCaptioner``, ``AutoProcessor``,
+``AutoModelForImageTextToText``). The tokenizer is a real ``BertTokenizer`` over a 30-token
+vocabulary of caption words; the models are a few hundred kilobytes of random weights that read
+32 x 32 px images and write a caption of random words in well under a second.
 """
 
 from __future__ import annotations

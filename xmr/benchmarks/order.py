@@ -71,7 +71,7 @@ Perturbation = Callable[[Sequence[str], Sequence[str], np.random.Generator], lis
 
 
 def item_seed(seed: int, item_id: str) -> int:
-    """The 32-bit seed of one item's shuffles (like ``xmr.synth.rows.row_seed``)."""
+    """The 32-bit seed of one item's shuffles (like ``xmr.synth.batch.row_seed``)."""
     return zlib.crc32(f"{seed}/{item_id}".encode())
 
 

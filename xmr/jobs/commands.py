@@ -78,17 +78,14 @@ def synth_step(
         spec.check_ready()
 
     def run(context: StepContext) -> StepOutcome:
+        from dataclasses import replace
+
+        from xmr.synth.methods import synthesize
         from xmr.synth.report import SAMPLES, log_to_mlflow, save_sample_grid
+        from xmr.synth.runner import ray_executor
 
         attached = replace(runtime, address=context.address, tracking_uri=context.tracking_uri)
-        if spec is not None:
-            from xmr.synth.biaug_build import synthesize_biaug
-
-            result = synthesize_biaug(config, attached, spec)
-        else:
-            from xmr.synth.build import synthesize
-
-            result = synthesize(config, attached)
+        result = synthesize(config, attached, spec, executor=ray_executor(attached))
         save_sample_grid(result.out, result.out / SAMPLES, seed=config.seed)
         run_id = log_to_mlflow(
             result,

@@ -188,14 +188,25 @@ def cluster_gpus() -> int:
 
 
 class _StageActor:
-    """Sets the stage up once per actor, then maps batches: a Ray Data callable class, and the
-    actor of a :class:`StagePool`."""
+    """Sets the stage up once per actor, then maps batches, and tears it down when the actor
+    is done: a Ray Data callable class (Ray Data deletes it when its pool ends), and the actor
+    of a :class:`StagePool` (whose :meth:`StagePool.close` asks for the teardown)."""
 
     def __init__(self, stage: Stage) -> None:
         start = time.perf_counter()
         self.stage = stage
         self.stage.setup()
         self.setup_s = time.perf_counter() - start
+        self.torn_down = False
+
+    def teardown(self) -> None:
+        """The stage's :meth:`~xmr.pipeline.stage.Stage.teardown`, once (none when its setup
+        failed)."""
+        if not getattr(self, "torn_down", True):
+            self.torn_down = True
+            self.stage.teardown()
+
+    __del__ = teardown  # how Ray Data ends a pool's actor
 
     def process(self, batch: Batch) -> Batch:
         """One batch (the method a :class:`StagePool` calls)."""
@@ -209,8 +220,12 @@ class _StageActor:
 
 
 def _run_task(batch: Batch, stage: Stage) -> Batch:
-    """Ray Data task function for a stage without state worth keeping."""
-    return stage.run_local(batch)
+    """Ray Data task function for a stage without state worth keeping: set up, one batch, torn
+    down."""
+    try:
+        return stage.run_local(batch)
+    finally:
+        stage.teardown()
 
 
 def map_stage(ds: ray.data.Dataset, stage: Stage, *, actors: int) -> ray.data.Dataset:
@@ -259,6 +274,7 @@ class StagePool:
 
     BATCHES_IN_FLIGHT = 2
     ACTOR_RESTARTS = 2
+    TEARDOWN_S = 30.0
 
     def __init__(self, stage: Stage, actors: int = 1) -> None:
         """Start ``actors`` actors (at least one), each with the stage's resources."""
@@ -334,7 +350,11 @@ class StagePool:
         self.setup_s[self._ready.index(ref)] = float(ray.get(ref))
 
     def close(self) -> None:
-        """End the pool's actors (their GPUs and memory go back to the cluster)."""
+        """Tear the stage down in the pool's actors (waiting at most :data:`TEARDOWN_S`), then
+        end them (their GPUs and memory go back to the cluster)."""
+        if self._actors:
+            done = [actor.teardown.remote() for actor in self._actors]
+            ray.wait(done, num_returns=len(done), timeout=self.TEARDOWN_S)
         for actor in self._actors:
             ray.kill(actor)
         self._actors, self._ready, self.setup_s = [], [], {}

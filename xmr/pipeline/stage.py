@@ -63,6 +63,10 @@ class Stage(ABC):
     def setup(self) -> None:  # noqa: B027 - optional hook, most stages need nothing
         """Load heavy state (models, tokenizers) once per worker. Default: nothing."""
 
+    def teardown(self) -> None:  # noqa: B027 - optional hook, most stages need nothing
+        """Release what :meth:`setup` holds (a model's memory, a client's connections) when
+        this worker is done with the stage: both executors call it. Default: nothing."""
+
     @abstractmethod
     def process(self, batch: Batch) -> Batch:
         """Transform one batch. Per-row failures go to an ``error`` column, never an exception."""

@@ -43,7 +43,9 @@ def run_synth(
     Rerunning with the same options and --out resumes an interrupted build.
     """
     from xmr.synth.config import load_configs, load_llm_spec
+    from xmr.synth.methods import synthesize
     from xmr.synth.report import SAMPLES, log_to_mlflow, print_summary, save_sample_grid
+    from xmr.synth.runner import ray_executor
     from xmr.tracking import experiment_name, resolve_tracking_uri, run_link
 
     with user_errors():
@@ -52,14 +54,7 @@ def run_synth(
         # The flags' groups are dicts, so command() checked no instance of them.
         check_outputs(runtime, tracking=runtime.log_mlflow)
         check_outputs(llm)
-        if synth_config.mode == "biaug":
-            from xmr.synth.biaug_build import synthesize_biaug
-
-            result = synthesize_biaug(synth_config, runtime, llm)
-        else:
-            from xmr.synth.build import synthesize
-
-            result = synthesize(synth_config, runtime)
+        result = synthesize(synth_config, runtime, llm, executor=ray_executor(runtime))
     save_sample_grid(result.out, result.out / SAMPLES, seed=synth_config.seed)
     print_summary(result)
     where = str(result.out)

@@ -34,7 +34,7 @@ from xmr.pretrained import local_model_dir
 from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
 from xmr.storage import STORAGE_ENV, StoragePath, default_output
-from xmr.synth.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
+from xmr.synth.removal.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
 
 MODES = ("removal", "biaug")
 BOX_SOURCES = ("gt", "groundingdino")

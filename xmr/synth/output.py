@@ -1,4 +1,4 @@
-"""Writing D′: the plan, shards committed atomically, resume checks, errors and the manifest.
+"""Writing D′: shards committed atomically, resume checks, errors and the manifest.
 
 Planned rows are cut, in plan order, into shards of ``rows_per_shard``. A shard is committed by
 writing its failed rows to ``shard_errors/part-N.parquet`` and then its pairs to
@@ -34,27 +34,10 @@ from xmr.storage import (
     filesystem_and_path,
     write_atomic,
 )
-from xmr.synth.rows import PlannedRow
 
 PLAN = "plan.parquet"
 PLAN_ERRORS = "plan_errors.parquet"
 SHARD_ERRORS_DIR = "shard_errors"
-PLAN_SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("source_image_id", pa.int64()),
-        ("source_caption_id", pa.int64()),
-        ("source_caption", pa.string()),
-        ("phrases", pa.string()),
-        ("path", pa.string()),
-        ("width", pa.int32()),
-        ("height", pa.int32()),
-        ("removed", pa.string()),
-        ("kept", pa.string()),
-        ("boxes", pa.string()),
-        ("rewritten", pa.string()),
-    ]
-)
 REASONS = "reasons.parquet"
 PLAN_REASONS = "plan_reasons.parquet"
 LLM_CACHE = "llm_cache"
@@ -104,30 +87,6 @@ def check_out_dir(out: StoragePath) -> None:
             )
 
 
-def plan_table(rows: Sequence[PlannedRow]) -> pa.Table:
-    """Planned rows as a PLAN_SCHEMA table."""
-    return pa.Table.from_pylist([r.to_dict() for r in rows], schema=PLAN_SCHEMA)
-
-
-def pair_record(batch: Batch, i: int, fill: str, caption_method: str) -> dict:
-    """Row ``i`` of a finished batch as a ROW_SCHEMA dict (one pair of D′)."""
-    return {
-        "key": str(batch["key"][i]),
-        "image": batch["image"][i],
-        "caption": str(batch["caption"][i]),
-        "source_image_id": int(batch["source_image_id"][i]),
-        "source_caption_id": int(batch["source_caption_id"][i]),
-        "source_caption": str(batch["source_caption"][i]),
-        "removed_classes": json.loads(batch["removed"][i]),
-        "kept_classes": json.loads(batch["kept"][i]),
-        "removed_boxes": [list(b) for b in json.loads(batch["boxes"][i])],
-        "width": int(batch["width"][i]),
-        "height": int(batch["height"][i]),
-        "fill": fill,
-        "caption_method": caption_method,
-    }
-
-
 def error_record(batch: Batch, i: int) -> dict:
     """Row ``i`` of a batch, which a stage failed, as an ERROR_SCHEMA dict (with its kind)."""
     return with_kind(
@@ -144,26 +103,6 @@ def error_table(errors: Iterable[dict]) -> pa.Table:
     """``{key, stage, error_type, message[, kind]}`` dicts as an ERROR_SCHEMA table (a missing
     ``kind`` is classified, :func:`~xmr.data.error_kinds.error_kind`)."""
     return pa.Table.from_pylist([with_kind(e) for e in errors], schema=ERROR_SCHEMA)
-
-
-def read_plan(out: StoragePath) -> tuple[list[PlannedRow], pa.Table, dict[str, str]] | None:
-    """The saved plan (rows, plan-stage errors, metadata), or None when there is none yet."""
-    path = out / PLAN
-    if not path.is_file():
-        return None
-    table = read_parquet(path)
-    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    rows = [PlannedRow.from_dict(r) for r in table.to_pylist()]
-    errors = read_error_table(out / PLAN_ERRORS)
-    return rows, errors, metadata
-
-
-def save_plan(
-    out: StoragePath, rows: Sequence[PlannedRow], errors: pa.Table, metadata: dict[str, str]
-) -> None:
-    """Save the plan; its errors first, so that a plan file implies its errors file."""
-    write_table_atomic(errors, out / PLAN_ERRORS)
-    write_table_atomic(plan_table(rows), out / PLAN, metadata)
 
 
 def shard_path(out: StoragePath, index: int) -> StoragePath:

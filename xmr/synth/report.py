@@ -17,10 +17,10 @@ from xmr.data.synthetic import MANIFEST, read_parquet, synthetic_mode, synthetic
 from xmr.llm import LLMSpec
 from xmr.removal.planning import box_mask
 from xmr.storage import StoragePath
-from xmr.synth.build import SynthResult
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import PLAN
 from xmr.synth.retry import PlanRetry, saved_retries
+from xmr.synth.runner import SynthResult
 from xmr.tracking import experiment_name, start_run
 
 SAMPLES = "samples.png"

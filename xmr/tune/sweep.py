@@ -101,7 +101,7 @@ def _prepare_inputs(
     evaluates when it names none (``base_model``, trained with ``xmr train``)."""
     fixed = dict(space.fixed)
     if space.command == "train" and fixed.get("synth") == DEFAULT_SYNTH:
-        from xmr.synth.build import synthesize_defaults
+        from xmr.synth.methods import synthesize_defaults
         from xmr.toyworld.default_world import default_toyworld
 
         if fixed.get("dataset", "toyworld") != "toyworld" or fixed.get("data"):

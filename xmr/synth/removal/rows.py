@@ -1,4 +1,5 @@
-"""The rows of D′: one per (source image, removal plan, chosen caption), with deterministic keys.
+"""The rows of a removal D′: one per (source image, removal plan, chosen caption), with
+deterministic keys.
 
 A row's key is ``"{image_id}/{removed classes joined by '+'}/{caption_id}"``: the same config on
 the same data plans the same keys, which is what lets a rerun resume and skip finished rows.
@@ -15,13 +16,13 @@ all become empty is a failure (stage ``caption``), not a row.
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from xmr.data.records import Caption, ImageRecord
+from xmr.synth.batch import row_seed
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,6 @@ ROW_COLUMNS = tuple(f.name for f in fields(PlannedRow))
 def row_key(image_id: int, removed: Sequence[str], caption_id: int) -> str:
     """The deterministic key of a synthetic row."""
     return f"{image_id}/{'+'.join(removed)}/{caption_id}"
-
-
-def row_seed(seed: int, key: str) -> int:
-    """A 32-bit seed for the random choices of one row (caption draw, prompt, diffusion noise)."""
-    return zlib.crc32(f"{seed}/{key}".encode())
 
 
 def plan_rows(

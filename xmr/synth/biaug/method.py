@@ -1,11 +1,11 @@
-"""Build a BiAug D′ (``xmr synth --mode biaug``): propose -> verify -> decouple -> inpaint -> write.
+"""The BiAug method (``xmr synth --mode biaug``): propose -> verify -> decouple -> inpaint.
 
-Two passes over the executor, as in the removal mode (:mod:`xmr.synth.build`). The planning pass
-maps :class:`~xmr.synth.biaug_stages.ProposeObjects`, :class:`~xmr.synth.biaug_stages.
-VerifyObjects` and :class:`~xmr.synth.biaug_stages.DecoupleAttributes` over the source examples
-(each image with its chosen caption) and saves the hard-negative groups as the plan; the
-synthesis pass maps :class:`~xmr.synth.biaug_stages.InpaintPairs` over the groups of the shards
-not yet on disk and commits each shard when its last row arrives.
+The planning pass maps :class:`~xmr.synth.biaug.stages.ProposeObjects`,
+:class:`~xmr.synth.biaug.stages.VerifyObjects` and :class:`~xmr.synth.biaug.stages.
+DecoupleAttributes` over the source examples (each image with its chosen caption); the plan is
+the hard-negative groups. The synthesis pass maps :class:`~xmr.synth.biaug.stages.InpaintPairs`
+over the groups, two rows each (positive, negative). The runner (:mod:`xmr.synth.runner`) does
+the rest: resume, retries, shards, errors, manifest.
 
 Accounting: a unit of work is a source example that yields no group (its reason in
 ``errors.parquet``), or one of the two rows of a group. Every unit ends in a shard or in
@@ -27,23 +27,20 @@ transiently (:mod:`xmr.synth.retry`). The manifest's ``llm.cache`` says where th
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import math
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from functools import cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from xmr import __version__
 from xmr.biaug import ToyWorldOracle
 from xmr.data.error_kinds import with_kind
 from xmr.data.records import ImageRecord
@@ -52,10 +49,11 @@ from xmr.llm import ChatRequest, LLMSpec, ResponseCache, cache_key
 from xmr.llm.spec import ORACLE
 from xmr.llm.vllm import BACKEND as VLLM
 from xmr.llm.vllm import build_vllm_processor
-from xmr.pipeline import Resources, Stage
+from xmr.pipeline import Executor, Resources, Stage
 from xmr.pipeline.stage import Batch, batch_rows
 from xmr.storage import STORAGE_ENV, StoragePath, cache_dir, default_output, is_uri
-from xmr.synth.biaug_stages import (
+from xmr.synth.batch import ERROR_COLUMNS, row_seed
+from xmr.synth.biaug.stages import (
     GROUP_COLUMNS,
     DecoupleAttributes,
     InpaintPairs,
@@ -64,24 +62,6 @@ from xmr.synth.biaug_stages import (
     decouple_request,
     propose_request,
 )
-from xmr.synth.build import (
-    Placement,
-    ShardAssembler,
-    SynthResult,
-    add_busy,
-    announce_retries,
-    check_same_build,
-    data_root,
-    error_counts,
-    inputs_hash,
-    log_lines,
-    placement,
-    read_inputs,
-    run_figures,
-    stage_device,
-    start_executor,
-    write_manifest,
-)
 from xmr.synth.config import SynthConfig, SynthRuntime
 from xmr.synth.output import (
     LLM_CACHE,
@@ -89,30 +69,14 @@ from xmr.synth.output import (
     PLAN_ERRORS,
     PLAN_REASONS,
     REASONS,
-    check_out_dir,
-    count_written,
     error_record,
     error_table,
-    finished_shards,
-    merge_errors,
     shard_path,
     write_table_atomic,
 )
-from xmr.synth.retry import (
-    PlanRetry,
-    RetryCounts,
-    apply_retry,
-    plan_retry_keys,
-    save_retry,
-    saved_retries,
-    segment_shards,
-    shard_retries,
-)
-from xmr.synth.rows import row_seed
-from xmr.synth.stages import ERROR_COLUMNS
-
-if TYPE_CHECKING:  # the executor imports Ray: loaded only when a build runs
-    from xmr.pipeline.ray_executor import RayExecutor
+from xmr.synth.placement import Placement, stage_device
+from xmr.synth.retry import PlanRetry, apply_retry
+from xmr.synth.runner import BuildFacts, SynthPass, add_busy, log_lines
 
 STAGES = ("read", "propose", "verify", "decouple", "inpaint")
 ROLES = ("positive", "negative")
@@ -228,7 +192,7 @@ def _reasons_of(batch: Batch, i: int) -> list[dict]:
 
 
 def plan_pass(
-    executor: RayExecutor,
+    executor: Executor,
     examples: list[dict],
     config: SynthConfig,
     runtime: SynthRuntime,
@@ -275,7 +239,7 @@ def plan_pass(
 
 
 def _streamed_plan(
-    executor: RayExecutor,
+    executor: Executor,
     examples: list[dict],
     config: SynthConfig,
     runtime: SynthRuntime,
@@ -285,7 +249,7 @@ def _streamed_plan(
     (``openai``, ``hf``) while the detector verifies the rows already proposed."""
     llm_gpu = llm.backend == "hf"  # a local model: both LLM stages on GPUs when there are some
     detect = config.boxes == "groundingdino"
-    place = placement(executor, int(detect) + 2 * int(llm_gpu), runtime)
+    place = Placement.on(executor, int(detect) + 2 * int(llm_gpu), runtime.gpus_per_actor)
     llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
     llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
     llm_batch = max(runtime.batch_size, llm.max_in_flight)
@@ -312,7 +276,7 @@ def _verify_stage(place: Placement, config: SynthConfig, runtime: SynthRuntime) 
 
 
 def _engine_plan(
-    executor: RayExecutor,
+    executor: Executor,
     examples: list[dict],
     config: SynthConfig,
     runtime: SynthRuntime,
@@ -323,7 +287,8 @@ def _engine_plan(
     every proposal question, the stream proposes and verifies, the engine answers every
     attribute question of the verified rows, the stream decouples. The LLM stages read the
     answers back from the cache (the GPUs are the engine's while it runs)."""
-    place = placement(executor, int(config.boxes == "groundingdino"), runtime)
+    detect = int(config.boxes == "groundingdino")
+    place = Placement.on(executor, detect, runtime.gpus_per_actor)
     blocks = math.ceil(len(examples) / runtime.batch_size)
     light = Resources(cpus=0.25)
     questions = [propose_request(config, str(row["caption"])) for row in examples]
@@ -349,7 +314,7 @@ def _engine_plan(
 
 
 def _engine_pass(
-    executor: RayExecutor,
+    executor: Executor,
     questions: list[ChatRequest],
     llm: LLMSpec,
     runtime: SynthRuntime,
@@ -411,58 +376,8 @@ def _row(group: dict, role: str, image: bytes, fill: str) -> dict:
     }
 
 
-def synth_pass(
-    executor: RayExecutor,
-    groups: list[dict],
-    shards: list[list[str]],
-    pending: set[int],
-    retries: dict[int, list[str]],
-    config: SynthConfig,
-    runtime: SynthRuntime,
-    world: Path,
-    counts: RetryCounts,
-) -> dict[str, float]:
-    """Inpaint the groups of the ``pending`` shards and of the ``retries`` of committed ones,
-    committing shards as they finish; the retries are added to ``counts``."""
-    keys = {k for s in pending for k in shards[s]}
-    keys.update(k for again in retries.values() for k in again)
-    todo = [g for g in groups if f"{g['key']}/positive" in keys or f"{g['key']}/negative" in keys]
-    if not todo:
-        return {}
-    on_gpu = config.fill == "sd"
-    place = placement(executor, int(on_gpu), runtime)
-    resources = place.resources(on_gpu)
-    actors = place.actors(runtime.fill_actors, on_gpu, 1)
-    batch_size = runtime.batch_size if not resources.gpus else min(runtime.batch_size, 4)
-    stage = InpaintPairs(config, resources, batch_size, stage_device(resources), str(world))
-    assembler = ShardAssembler(runtime.out, shards, pending, BIAUG_ROW_SCHEMA, retries)
-    blank = {name: "" for name in ERROR_COLUMNS}
-    busy: Counter = Counter()
-    lines = log_lines(len(todo), "inpaint", "groups", runtime)
-    blocks = math.ceil(len(todo) / batch_size)
-    for batch in executor.stream([{**g, **blank} for g in todo], [(stage, actors)], blocks=blocks):
-        start = time.perf_counter()
-        add_busy(busy, batch)
-        if lines:
-            lines.update(len(batch["key"]))
-        for i, group in enumerate(batch_rows(batch)):
-            for role, column in zip(ROLES, ("positive_image", "negative_image"), strict=True):
-                key = f"{group['key']}/{role}"
-                if key not in keys:
-                    continue
-                if batch["error"][i]:
-                    assembler.add(key, None, {**error_record(batch, i), "key": key})
-                else:
-                    assembler.add(key, _row(group, role, group[column], config.fill), None)
-        busy["write"] += time.perf_counter() - start
-    assembler.check_complete()
-    counts.retried += sum(len(again) for again in retries.values())
-    counts.recovered += assembler.recovered
-    return dict(busy)
-
-
 @dataclass
-class _Plan:
+class BiAugPlan:
     """The planning pass's results: hard-negative groups, error rows, reasons, statistics, and
     the group keys of each segment (the plan's, then each retry's)."""
 
@@ -495,30 +410,143 @@ class _Plan:
         """The row keys of each segment (two rows per group)."""
         return [[f"{key}/{role}" for key in segment for role in ROLES] for segment in self.segments]
 
+    def statistics(self) -> dict[str, str]:
+        """The plan file's metadata beside its fingerprints: the statistics, and those of each
+        failed example."""
+        return {
+            "statistics": json.dumps(dict(self.stats)),
+            "failed_statistics": json.dumps(self.failed_stats),
+        }
 
-def _saved_plan(out: StoragePath, fingerprint: str, digest: str) -> _Plan | None:
-    """The plan an earlier run saved in ``out``, its retries applied, or None.
 
-    Raises:
-        ValueError: ``out`` holds a plan made from another config or other input data.
-    """
-    if not (out / PLAN).is_file():
-        return None
-    table = read_parquet(out / PLAN)
-    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    check_same_build(out, metadata, fingerprint, digest)
-    groups = table.to_pylist()
-    plan = _Plan(
-        groups=groups,
-        errors=read_error_table(out / PLAN_ERRORS).to_pylist(),
-        reasons=read_parquet(_plan_reasons(out)).to_pylist(),
-        stats=Counter(json.loads(metadata["statistics"])),
-        segments=[[g["key"] for g in groups]],
-        failed_stats=json.loads(metadata.get("failed_statistics", "{}")),
-    )
-    for retry in saved_retries(out):
-        plan.add_retry(retry)
-    return plan
+class BiAugMethod:
+    """The BiAug method as a :class:`~xmr.synth.runner.SynthMethod`: ``llm`` answers its
+    questions (its cache, when not given, is :func:`default_llm_cache` of ``runtime.out``)."""
+
+    stages = STAGES
+    row_schema = BIAUG_ROW_SCHEMA
+    unit = "source examples"
+    reason_schema = REASON_SCHEMA
+
+    def __init__(self, config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.llm = llm
+        self.root = Path()
+        self.examples: list[dict] = []
+
+    def fingerprint(self) -> str:
+        return biaug_fingerprint(self.config, self.llm)
+
+    def check(self, root: Path) -> None:
+        """The LLM's cache, ``--llm oracle``'s world, ``--object-vocabulary``'s file."""
+        if self.llm.cache_dir is None:
+            self.llm = replace(self.llm, cache_dir=default_llm_cache(self.runtime.out))
+        self.root = root
+        check_oracle(self.config, self.llm, root)
+        self.config.object_names()  # an unreadable --object-vocabulary: one line, before Ray
+
+    def take_inputs(self, records: list[ImageRecord]) -> set[str]:
+        self.examples = source_examples(records, self.config)
+        return {row["key"] for row in self.examples}
+
+    def saved_plan(self, out: StoragePath) -> tuple[BiAugPlan, dict[str, str]] | None:
+        if not (out / PLAN).is_file():
+            return None
+        table = read_parquet(out / PLAN)
+        metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        groups = table.to_pylist()
+        plan = BiAugPlan(
+            groups=groups,
+            errors=read_error_table(out / PLAN_ERRORS).to_pylist(),
+            reasons=read_parquet(_plan_reasons(out)).to_pylist(),
+            stats=Counter(json.loads(metadata["statistics"])),
+            segments=[[g["key"] for g in groups]],
+            failed_stats=json.loads(metadata.get("failed_statistics", "{}")),
+        )
+        return plan, metadata
+
+    def prepare_planning(self, root: Path) -> None:
+        """The LLM can answer (``--llm vllm`` without vLLM: what to do instead)."""
+        self.llm.check_ready()
+
+    def plan(self, executor: Executor, keys: Sequence[str] | None) -> tuple[BiAugPlan, dict]:
+        examples = self.examples
+        if keys is not None:
+            asked = set(keys)
+            examples = [row for row in examples if row["key"] in asked]
+        groups, errors, reasons, stats, busy, failed = plan_pass(
+            executor, examples, self.config, self.runtime, self.llm
+        )
+        segments = [[g["key"] for g in groups]]
+        return BiAugPlan(groups, errors, reasons, Counter(stats), segments, failed), busy
+
+    def save_plan(self, out: StoragePath, plan: BiAugPlan, identity: dict[str, str]) -> None:
+        write_table_atomic(error_table(plan.errors), out / PLAN_ERRORS)
+        write_table_atomic(_reason_table(plan.reasons), out / PLAN_REASONS)
+        metadata = {**identity, **plan.statistics()}
+        write_table_atomic(_group_table(plan.groups), out / PLAN, metadata)
+
+    def retry_of(self, plan: BiAugPlan, retried: list[str]) -> PlanRetry:
+        return PlanRetry(
+            units=_group_table(plan.groups),
+            errors=plan.errors,
+            retried=retried,
+            reasons=plan.reasons,
+            metadata=plan.statistics(),
+        )
+
+    def synthesis(self, executor: Executor, plan: BiAugPlan, keys: set[str]) -> SynthPass | None:
+        """Inpaint the groups with a row among ``keys``."""
+        todo = [
+            g
+            for g in plan.groups
+            if f"{g['key']}/positive" in keys or f"{g['key']}/negative" in keys
+        ]
+        if not todo:
+            return None
+        config, runtime = self.config, self.runtime
+        on_gpu = config.fill == "sd"
+        place = Placement.on(executor, int(on_gpu), runtime.gpus_per_actor)
+        resources = place.resources(on_gpu)
+        actors = place.actors(runtime.fill_actors, on_gpu, 1)
+        batch_size = runtime.batch_size if not resources.gpus else min(runtime.batch_size, 4)
+        stage = InpaintPairs(config, resources, batch_size, stage_device(resources), str(self.root))
+        blank = {name: "" for name in ERROR_COLUMNS}
+        inputs = [{**g, **blank} for g in todo]
+        blocks = math.ceil(len(todo) / batch_size)
+        return SynthPass(inputs, [(stage, actors)], blocks, "inpaint", "groups")
+
+    def output_rows(
+        self, batch: Batch, keys: set[str]
+    ) -> Iterator[tuple[str, dict | None, dict | None]]:
+        for i, group in enumerate(batch_rows(batch)):
+            for role, column in zip(ROLES, ("positive_image", "negative_image"), strict=True):
+                key = f"{group['key']}/{role}"
+                if key not in keys:
+                    continue
+                if batch["error"][i]:
+                    yield key, None, {**error_record(batch, i), "key": key}
+                else:
+                    yield key, _row(group, role, group[column], self.config.fill), None
+
+    def finish(self, plan: BiAugPlan, facts: BuildFacts) -> dict[str, Any]:
+        """Writes ``reasons.parquet`` (the plan's, retries applied)."""
+        write_table_atomic(_reason_table(plan.reasons), facts.out / REASONS)
+        return {
+            "mode": "biaug",
+            "config": self.config.to_dict(),
+            "llm": _llm_fields(self.llm),
+            # The paper's table 1 (detected: confirmed by the detector and the default filters;
+            # kept: also past --filter-confidence when it is on).
+            "statistics": {
+                **dict(plan.stats),
+                "augmented_examples": facts.written,
+                "hard_negative_pairs": _written_pairs(facts.out, facts.shards),
+                "filter_confidence": self.config.filter_confidence,
+            },
+            "counts": {"reasons": len(plan.reasons), "groups_planned": len(plan.groups)},
+        }
 
 
 def _plan_reasons(out: StoragePath) -> StoragePath:
@@ -564,126 +592,12 @@ def check_oracle(config: SynthConfig, llm: LLMSpec, root: Path) -> None:
         raise ValueError(f"--llm oracle needs a scene ToyWorld as --data: {exc}") from None
 
 
-def synthesize_biaug(config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -> SynthResult:
-    """Build (or finish building) a BiAug D′ into ``runtime.out``; see the module docstring."""
-    start = time.perf_counter()
-    out = runtime.out
-    check_out_dir(out)
-    if llm.cache_dir is None:
-        llm = replace(llm, cache_dir=default_llm_cache(out))
-    root = data_root(config, runtime.progress)
-    check_oracle(config, llm, root)
-    config.object_names()  # an unreadable --object-vocabulary: one line, before Ray
-    records, read_errors = read_inputs(config, root)
-    digest = inputs_hash(records, read_errors)
-    fingerprint = biaug_fingerprint(config, llm)
-    timings = {"read": time.perf_counter() - start}
-
-    # Every refusal that needs no cluster comes before Ray starts.
-    plan = _saved_plan(out, fingerprint, digest)
-    examples = source_examples(records, config)
-    again: list[str] = []
-    if plan is None:
-        llm.check_ready()  # --llm vllm without vLLM: what to do instead
-    else:
-        by_key = {row["key"] for row in examples}
-        again = [k for k in plan_retry_keys(plan.errors, runtime.retry_errors) if k in by_key]
-        if again:
-            llm.check_ready()
-    cluster = cache(partial(start_executor, runtime))  # started on first use: not when finished
-    busy: dict[str, float] = {}
-    counts = RetryCounts()
-    t = time.perf_counter()
-    if plan is None:
-        groups, errors, reasons, stats, busy, failed = plan_pass(
-            cluster(), examples, config, runtime, llm
-        )
-        errors = read_errors + errors
-        write_table_atomic(error_table(errors), out / PLAN_ERRORS)
-        write_table_atomic(_reason_table(reasons), out / PLAN_REASONS)
-        metadata = {
-            "config_hash": fingerprint,
-            "inputs_hash": digest,
-            "statistics": json.dumps(stats),
-            "failed_statistics": json.dumps(failed),
-        }
-        write_table_atomic(pa.Table.from_pylist(groups, schema=GROUP_SCHEMA), out / PLAN, metadata)
-        plan = _Plan(groups, errors, reasons, Counter(stats), [[g["key"] for g in groups]], failed)
-    elif again:
-        announce_retries(len(again), "source examples")
-        asked = set(again)
-        todo = [row for row in examples if row["key"] in asked]
-        groups, errors, reasons, stats, busy, failed = plan_pass(
-            cluster(), todo, config, runtime, llm
-        )
-        retry = PlanRetry(
-            units=pa.Table.from_pylist(groups, schema=GROUP_SCHEMA),
-            errors=errors,
-            retried=again,
-            reasons=reasons,
-            metadata={"statistics": json.dumps(stats), "failed_statistics": json.dumps(failed)},
-        )
-        save_retry(out, retry, REASON_SCHEMA)
-        plan.add_retry(retry)
-        counts.add(again, [e["key"] for e in errors])
-    timings["plan"] = time.perf_counter() - t
-    write_table_atomic(_reason_table(plan.reasons), out / REASONS)
-    shards = segment_shards(plan.row_keys(), config.rows_per_shard)
-    done = finished_shards(out, shards)
-    pending = set(range(len(shards))) - done
-    retries = shard_retries(out, shards, done, runtime.retry_errors)
-    if retries:
-        announce_retries(sum(len(keys) for keys in retries.values()), "rows")
-    t = time.perf_counter()
-    if pending or retries:
-        busy.update(
-            synth_pass(cluster(), plan.groups, shards, pending, retries, config, runtime, root,
-                       counts)
-        )  # fmt: skip
-    timings["synthesize"] = time.perf_counter() - t
-    merged = merge_errors(out, plan.errors, len(shards))
-    written = count_written(out, len(shards))
-    timings["total"] = time.perf_counter() - start
-
-    rows_this_run = sum(len(shards[s]) for s in pending)
-    rows_this_run += sum(len(keys) for keys in retries.values())
-    stage_errors = Counter(merged["stage"].to_pylist())
-    manifest = {
-        "xmr_version": __version__,
-        "mode": "biaug",
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "config": config.to_dict(),
-        "llm": _llm_fields(llm),
-        "config_hash": fingerprint,
-        "inputs_hash": digest,
-        "data_root": str(root),
-        "planned": len(plan.errors) + 2 * len(plan.groups),
-        "written": written,
-        "errors": merged.num_rows,
-        # The paper's table 1 (detected: confirmed by the detector and the default filters;
-        # kept: also past --filter-confidence when it is on).
-        "statistics": {
-            **dict(plan.stats),
-            "augmented_examples": written,
-            "hard_negative_pairs": _written_pairs(out, len(shards)),
-            "filter_confidence": config.filter_confidence,
-        },
-        "counts": {
-            "errors_by_stage": {s: stage_errors.get(s, 0) for s in STAGES},
-            "reasons": len(plan.reasons),
-            "groups_planned": len(plan.groups),
-            "shards": len(shards),
-            "shards_resumed": len(done),
-            "rows_this_run": rows_this_run,
-            **error_counts(merged, counts),
-        },
-        **run_figures(timings, busy, rows_this_run),
-    }
-    return write_manifest(out, manifest)
-
-
 def _reason_table(reasons: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(reasons, schema=REASON_SCHEMA)
+
+
+def _group_table(groups: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(groups, schema=GROUP_SCHEMA)
 
 
 def _llm_fields(llm: LLMSpec) -> dict:

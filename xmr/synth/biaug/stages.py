@@ -45,14 +45,14 @@ from xmr.llm import ChatRequest, ChatResult, LLMSpec, create_chat
 from xmr.llm.spec import ORACLE
 from xmr.pipeline.stage import Batch, Resources, Stage
 from xmr.removal.planning import box_mask
-from xmr.synth.config import SynthConfig
-from xmr.synth.stages import (
+from xmr.synth.batch import (
     encode_png,
     fail_row,
     failed_rows,
     seconds_per_row,
     with_error_columns,
 )
+from xmr.synth.config import SynthConfig
 
 GROUP_COLUMNS = (
     "key", "image_id", "caption_id", "source_caption", "path", "width", "height", "object",
@@ -119,6 +119,12 @@ class _LLMStage(Stage):
             self.chat = ToyWorldOracleChat()
         else:
             self.chat = create_chat(self.llm, self.device, self.engine_failures)
+
+    def teardown(self) -> None:
+        """Close the backend (its connections, event loop or local model)."""
+        if self.chat is not None:
+            self.chat.close()
+            self.chat = None
 
     def image(self, batch: Batch, i: int) -> str | None:
         """Row ``i``'s image path when the backend reads images, else None."""
@@ -277,6 +283,9 @@ class VerifyObjects(Stage):
         )
         self.detector.load()
 
+    def teardown(self) -> None:
+        self.detector = None
+
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
         n = len(batch["key"])
@@ -409,6 +418,9 @@ class InpaintPairs(Stage):
             resolution=c.sd_resolution,
         )
         self.inpainter.load()
+
+    def teardown(self) -> None:
+        self.inpainter = self.oracle = None
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
