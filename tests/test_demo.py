@@ -1,10 +1,11 @@
-"""`xmr demo` end to end on a small ToyWorld: the ODmAP job (D′, the D ∪ D′ run, the D run
+"""`xmr demo`: its plan, and end to end on a small ToyWorld: the ODmAP job (D′, the D ∪ D′ run, the D run
 matched to its optimiser steps, the comparison) as one MLflow run with a child per step, and
 its resumption."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -13,10 +14,29 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.data.synthetic import read_manifest
+from xmr.demo import DEMO_EPOCHS, demo_job
+from xmr.toyworld import generate
 
-pytestmark = pytest.mark.slow
+
+def test_the_demo_is_the_odmap_job_at_laptop_size(tmp_path: Path) -> None:
+    config = tmp_path / "world.yaml"
+    config.write_text("splits: {train: 8, val: 2, test: 2}\n")
+    world = generate(tmp_path / "world", config, seed=0)
+    job = demo_job(tmp_path / "demo", data=world)
+    assert (job.kind, job.name) == ("odmap", "demo-seed0")
+    steps = {step.name: step.command for step in job.steps}
+    assert list(steps) == ["synth", "train-d-dprime", "train-d", "compare"]
+    assert (
+        f"--epochs {DEMO_EPOCHS} --synth {tmp_path / 'demo' / 'dprime'}" in steps["train-d-dprime"]
+    )
+    assert "--steps <train-d-dprime's steps>" in steps["train-d"]  # D gets D ∪ D′'s steps
+    converged = {
+        s.name: s.command for s in demo_job(tmp_path / "c", data=world, converged=True).steps
+    }
+    assert "--epochs auto" in converged["train-d"] and "--steps" not in converged["train-d"]
 
 
+@pytest.mark.slow
 def test_demo_runs_the_odmap_job_and_a_rerun_skips_every_step(
     local_ray, small_toyworld, nltk_tagger, tmp_path
 ) -> None:

@@ -54,7 +54,7 @@ LAYERS = (
 
 RAY_WIRING = frozenset({
     "xmr.pipeline.ray_executor",  # Ray Data: stages onto actor pools and tasks
-    "xmr.llm.vllm",  # ray.data.llm's vLLM processor (Ray imported inside its builder only)
+    "xmr.llm.vllm_processor",  # ray.data.llm's vLLM processor (Ray imported in its builder)
     "xmr.train.run",  # the Ray Train driver
     "xmr.train.loop",  # the Ray Train worker loop
     "xmr.train.loader",  # the Ray Data stage that decodes training batches
@@ -63,6 +63,29 @@ RAY_WIRING = frozenset({
     "xmr.tune.trial_lines",  # the Ray Tune callback that prints a sweep's progress
 })  # fmt: skip
 """The only modules whose import may load Ray."""
+
+
+RAY_MODULE_LINES = 450
+"""The most lines a Ray wiring module may have: wiring, not algorithms (those go below it)."""
+
+RAY_SURFACE = {
+    "xmr.pipeline.ray_executor": {
+        "RayExecutor",
+        "StagePool",
+        "cluster_gpus",
+        "cpus_per_gpu",
+        "init_ray",
+    },
+    "xmr.llm.vllm_processor": {"build_vllm_processor"},
+    "xmr.train.run": {"train"},
+    "xmr.train.loop": set(),
+    "xmr.train.loader": set(),
+    "xmr.tune.sweep": {"run_sweep"},
+    "xmr.tune.trials": set(),
+    "xmr.tune.trial_lines": set(),
+}
+"""What other modules may import from a wiring module: its entry points. A statistic, a constant
+or a formatter another module needs lives below Ray, so calling it never starts Ray."""
 
 
 def _modules() -> list[str]:
@@ -167,3 +190,137 @@ def test_readme_layout_lists_the_packages_in_dependency_order() -> None:
     section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^xmr/(\w+)(?:/|\.py)", section, flags=re.M)
     assert listed == [name for name in LAYERS if name != "xmr"]
+
+
+def _module_paths() -> dict[str, Path]:
+    paths = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return paths
+
+
+def _circle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import circle in ``edges`` (module -> modules it imports), or None."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (found := visit(target)):
+                return found
+        state[module] = 2
+        path.pop()
+        return None
+
+    for module in sorted(edges):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_no_import_circles_between_the_files_of_a_package() -> None:
+    paths = _module_paths()
+    files = {m for m, p in paths.items() if p.name != "__init__.py"}
+    edges = {
+        module: {
+            target
+            for _, target in _imports(paths[module], module)
+            if target in files
+            and target != module
+            and target.rpartition(".")[0] == module.rpartition(".")[0]
+        }
+        for module in files
+    }
+    circle = _circle(edges)
+    assert circle is None, "import circle (lazy imports count): " + " -> ".join(circle or [])
+
+
+def test_only_the_wiring_modules_import_ray_even_at_call_time() -> None:
+    wrong = []
+    for module, path in _module_paths().items():
+        if module in RAY_WIRING:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            wrong += [
+                f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+                for name in names
+                if name == "ray" or name.startswith("ray.")
+            ]
+    assert not wrong, "Ray outside the wiring modules:\n" + "\n".join(wrong)
+
+
+def test_what_leaves_a_wiring_module_is_an_entry_point() -> None:
+    wrong = []
+    for module, path in _module_paths().items():
+        if module in RAY_WIRING:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module in RAY_WIRING:
+                wrong += [
+                    f"{path.relative_to(REPO)}:{node.lineno} imports {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name not in RAY_SURFACE[node.module]
+                ]
+    assert not wrong, "move these below Ray, or add an entry point to RAY_SURFACE:\n" + "\n".join(
+        wrong
+    )
+
+
+def test_the_wiring_modules_stay_thin() -> None:
+    sizes = {
+        m: len(p.read_text().splitlines()) for m, p in _module_paths().items() if m in RAY_WIRING
+    }
+    fat = {m: n for m, n in sizes.items() if n > RAY_MODULE_LINES}
+    assert not fat, f"over {RAY_MODULE_LINES} lines (move what is not Ray below it): {fat}"
+
+
+def _fast_test_files() -> list[Path]:
+    """Test files with at least one case outside ``slow`` (the fast tier)."""
+    fast = []
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        if any(_is_slow_mark(n) for n in _module_marks(tree)):
+            continue
+        tests = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and n.name.lower().startswith("test")
+        ]
+        if any(not any(_is_slow_mark(d) for d in t.decorator_list) for t in tests):
+            fast.append(path)
+    return fast
+
+
+def _module_marks(tree: ast.Module) -> list[ast.expr]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            value = node.value
+            return list(value.elts) if isinstance(value, ast.List | ast.Tuple) else [value]
+    return []
+
+
+def _is_slow_mark(node: ast.expr) -> bool:
+    return ast.unparse(node) == "pytest.mark.slow"
+
+
+def test_the_fast_tier_covers_every_package() -> None:
+    covered = set()
+    for path in _fast_test_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("xmr"):
+                covered.add(_layer(node.module))
+            elif isinstance(node, ast.Import):
+                covered |= {_layer(a.name) for a in node.names if a.name.startswith("xmr")}
+    missing = [name for name in LAYERS if name != "xmr" and name not in covered]
+    assert not missing, f"no fast test imports {missing}: add one outside `slow`"

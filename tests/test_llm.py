@@ -29,7 +29,8 @@ from xmr.llm import (
     create_chat,
 )
 from xmr.llm.openai_client import parse_completion
-from xmr.llm.vllm import build_vllm_processor, check_vllm, vllm_request_fields, vllm_result_row
+from xmr.llm.vllm import check_vllm, vllm_request_fields, vllm_result_row
+from xmr.llm.vllm_processor import build_vllm_processor
 
 KEY_ENV = "XMR_TEST_LLM_KEY"
 KEY = "sk-test-0123456789-secret"

@@ -4,7 +4,8 @@
   protocol and its statuses.
 - :mod:`xmr.llm.openai_client`: :class:`OpenAIChat`, any OpenAI-compatible endpoint (aiohttp).
 - :mod:`xmr.llm.hf_chat`: :class:`HFChat`, a local transformers chat model.
-- :mod:`xmr.llm.vllm`: the vLLM Ray Data processor (Ray wiring; vLLM in its own environment).
+- :mod:`xmr.llm.vllm_processor`: the vLLM Ray Data processor (Ray wiring; vLLM in its own
+  environment); :mod:`xmr.llm.vllm`: its check, rows and answers read back (plain).
 - :mod:`xmr.llm.cache`: :class:`ResponseCache` on disk and :class:`CachedChat`.
 - :mod:`xmr.llm.spec`: :class:`LLMSpec` (the ``--llm*`` flags) and :func:`create_chat`.
 

@@ -1,11 +1,12 @@
-"""The ``vllm`` backend: ``ray.data.llm``'s vLLM engine as a Ray Data processor (Ray wiring).
+"""The ``vllm`` backend's plain parts: the check that it can run, its rows, its answers.
 
 ``ray[llm]`` pins a vLLM (0.29.0 for Ray 2.60) that needs torch 2.13, while xmr needs 2.14, so
 vLLM cannot live in xmr's environment: the vLLM stage gets its own Ray runtime environment (a
 container image or a pip list, ``runtime_env``), or the user serves the model with
 ``vllm serve`` and uses the ``openai`` backend. :func:`check_vllm` says so, in one line, before
-Ray starts. :func:`build_vllm_processor` wires the processor: rows carry a ``request`` column
-(:meth:`ChatRequest.to_json <xmr.llm.chat.ChatRequest.to_json>`) and come back with ``response``,
+Ray starts. :func:`~xmr.llm.vllm_processor.build_vllm_processor` wires the processor: rows carry
+a ``request`` column (:meth:`ChatRequest.to_json <xmr.llm.chat.ChatRequest.to_json>`) and come
+back with ``response``,
 ``status`` (``ok`` or ``engine_error``) and ``error`` columns next to the kept ones: a failing
 row is reported (``should_continue_on_error``), never dropped and never fatal.
 
@@ -14,21 +15,18 @@ answer in the cache as it arrives; its LLM stages then read the answers back thr
 :class:`EngineAnswers` behind that cache, so they parse and validate them exactly as the
 answers of the other backends.
 
-Ray is imported inside :func:`build_vllm_processor` only; the row functions are plain.
+The processor itself (Ray wiring) is in :mod:`xmr.llm.vllm_processor`.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from xmr.llm.cache import cache_key
 from xmr.llm.chat import ChatRequest, ChatResult, ResultCallback, one_line
-
-if TYPE_CHECKING:
-    from ray.data import Dataset
 
 BACKEND = "vllm"
 """The backend name in cache keys."""
@@ -109,51 +107,6 @@ def vllm_result_row(row: dict[str, Any], keep_columns: Sequence[str]) -> dict[st
     if failure:
         return {**kept, "response": "", "status": "engine_error", "error": one_line(failure)}
     return {**kept, "response": str(row.get("generated_text") or ""), "status": "ok", "error": ""}
-
-
-def build_vllm_processor(
-    model: str,
-    *,
-    keep_columns: Sequence[str],
-    batch_size: int = 16,
-    concurrency: int = 1,
-    engine_kwargs: Mapping[str, Any] | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
-) -> Callable[[Dataset], Dataset]:
-    """A function ``dataset -> dataset`` that answers each row's ``request`` with vLLM.
-
-    Args:
-        model: the model's Hub repo id or folder (``model_source``).
-        keep_columns: input columns to carry to the output (a row id at least).
-        batch_size: rows per engine batch.
-        concurrency: vLLM engine replicas (each on its own GPU set).
-        engine_kwargs: ``vllm`` engine arguments (``max_model_len``, ``tensor_parallel_size``...).
-        runtime_env: the vLLM stage's own Ray runtime environment (see :func:`check_vllm`).
-
-    Output rows: ``keep_columns`` + ``response`` (str), ``status`` (``"ok"`` or
-    ``"engine_error"``), ``error`` (str), one per input row. Sampling follows each request
-    (``temperature`` 0 is greedy). Building connects to Ray (``ray.init`` when needed).
-    """
-    check_vllm(runtime_env)
-    from ray.data.llm import build_processor, vLLMEngineProcessorConfig
-
-    config = vLLMEngineProcessorConfig(
-        model_source=model,
-        batch_size=batch_size,
-        concurrency=concurrency,
-        engine_kwargs=dict(engine_kwargs or {}),
-        runtime_env=dict(runtime_env) if runtime_env is not None else None,
-        should_continue_on_error=True,
-    )
-    # postprocess: identity (the processor's default), so that answered and failed rows keep
-    # one schema; vllm_result_row then maps both to the same columns.
-    processor = build_processor(config, preprocess=vllm_request_fields)
-    keep = tuple(keep_columns)
-
-    def answer(dataset: Dataset) -> Dataset:
-        return processor(dataset).map(vllm_result_row, fn_kwargs={"keep_columns": keep})
-
-    return answer
 
 
 class EngineAnswers:

@@ -48,7 +48,7 @@ from xmr.data.synthetic import BIAUG_ROW_SCHEMA, read_error_table, read_parquet
 from xmr.llm import ChatRequest, LLMSpec, ResponseCache, cache_key
 from xmr.llm.spec import ORACLE
 from xmr.llm.vllm import BACKEND as VLLM
-from xmr.llm.vllm import build_vllm_processor
+from xmr.llm.vllm_processor import build_vllm_processor
 from xmr.pipeline import Executor, Resources, Stage
 from xmr.pipeline.stage import Batch, batch_rows
 from xmr.storage import STORAGE_ENV, StoragePath, cache_dir, default_output, is_uri
