@@ -1,6 +1,6 @@
-"""`xmr demo`: its plan, and end to end on a small ToyWorld: the ODmAP job (D′, the D ∪ D′ run, the D run
-matched to its optimiser steps, the comparison) as one MLflow run with a child per step, and
-its resumption."""
+"""`xmr demo`: its plan, and end to end on a small ToyWorld: the ODmAP job (D′, the D ∪ D′
+run, the D run matched to its optimiser steps, the comparison) as one MLflow run with a child
+per step, and its resumption."""
 
 from __future__ import annotations
 
