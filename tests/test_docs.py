@@ -7,7 +7,8 @@ docs/commands.md is what the command lines say.
 - Every ``xmr`` command and job script in README parses against the current command line (a
   renamed flag or a value of the wrong type fails here).
 - The cheap ones run here: each job's plan (``--dry-run``) and ``mlflow ui``.
-- docs/commands.md equals ``python docs/make_commands.py``'s output.
+- docs/commands.md equals ``python docs/make_commands.py``'s output, and docs/imports.md (the
+  package import picture, no circle) ``python docs/make_import_graph.py``'s.
 """
 
 from __future__ import annotations
@@ -204,6 +205,14 @@ def test_commands_md_is_what_the_command_lines_say() -> None:
     checked = subprocess.run(
         [sys.executable, "docs/make_commands.py", "--check"], cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_import_picture_is_the_code_s_and_has_no_circle() -> None:
+    checked = subprocess.run(
+        [sys.executable, "docs/make_import_graph.py", "--check"], cwd=REPO,
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
