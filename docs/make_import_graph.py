@@ -96,7 +96,8 @@ def reduction(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 def render() -> str:
     graph = package_imports()
     try:
-        order = list(TopologicalSorter(graph).static_order())  # imported packages first
+        sorter = TopologicalSorter({node: sorted(graph[node]) for node in sorted(graph)})
+        order = list(sorter.static_order())  # imported packages first, the same every run
     except CycleError as exc:
         raise SystemExit(f"import circle between packages: {' -> '.join(exc.args[1])}") from None
     kept = reduction(graph)
