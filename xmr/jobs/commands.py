@@ -210,10 +210,11 @@ def eval_step(
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.eval.config import EvalConfig
+        from xmr.eval.encode import ray_encoder
         from xmr.eval.evaluation import run_evaluation
 
         config = EvalConfig.from_options(options)
-        evaluation = run_evaluation(config, scored, address=context.address)
+        evaluation = run_evaluation(config, scored, ray_encoder(context.address))
         evaluation.print()
         evaluation.write_json(output)
         run_id = evaluation.log(
