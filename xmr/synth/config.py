@@ -143,7 +143,7 @@ class SynthConfig:
 def fingerprint(config: SynthConfig, own: RemovalConfig | BiAugConfig) -> str:
     """Hash of everything that decides the output of a build with ``config`` and its method's
     own config ``own``: their fields as hashed (``hashed()``), and the package version."""
-    data = {**config.hashed(), **(own.hashed() if isinstance(own, BiAugConfig) else asdict(own))}
+    data = {**config.hashed(), **own.hashed()}
     data["xmr_version"] = __version__
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

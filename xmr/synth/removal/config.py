@@ -41,5 +41,9 @@ class RemovalConfig:
             raise FileNotFoundError(f"--captioner-model: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields, as hashed."""
+        """JSON-ready fields."""
         return asdict(self)
+
+    def hashed(self) -> dict[str, Any]:
+        """The fields as the config hash takes them: all of them."""
+        return self.to_dict()
