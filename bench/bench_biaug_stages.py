@@ -120,10 +120,10 @@ def run_case(path: Path) -> dict[str, float | int]:
 
     case = json.loads(path.read_text())
     torch.set_num_threads(case["threads"])
-    config, _ = load_configs(None, case["config"])
-    size = case["batch_size"]
+    options, _ = load_configs(None, case["config"])
+    config, size = options.shared, case["batch_size"]
     if case["stage"] == "verify":
-        stage = VerifyObjects(config, Resources(cpus=1), size, case["device"])
+        stage = VerifyObjects(config, options.biaug, Resources(cpus=1), size, case["device"])
     else:
         stage = InpaintPairs(config, Resources(cpus=1), size, case["device"], case["world"])
     return measure(stage, batches_of(case["rows"], size), case["images_per_row"], case["repeats"])
@@ -301,7 +301,7 @@ def main() -> None:
             config = {"mode": "biaug", "dataset": "coco", "data": str(args.coco),
                       "limit": args.images, "detector_model": detector_model,
                       "min_box_share": 0.001, "max_box_share": 1.0}  # fmt: skip
-            synth_config, _ = load_configs(None, config)
+            synth_config = load_configs(None, config)[0].shared
             rows = proposal_rows(read_inputs(synth_config, args.coco)[0], synth_config)
             for size in args.verify_batches:
                 label = f"VerifyObjects, COCO, {PROPOSALS} proposals/image, batch {size}"
@@ -315,7 +315,7 @@ def main() -> None:
             config = {"mode": "biaug", "dataset": dataset, "data": str(data), "fill": "sd",
                       "sd_model": sd_model, "sd_steps": args.sd_steps,
                       "sd_resolution": resolution}  # fmt: skip
-            synth_config, _ = load_configs(None, config)
+            synth_config = load_configs(None, config)[0].shared
             records = read_inputs(synth_config, data)[0]
             groups = group_rows(records, synth_config, coco_pick)[: args.sd_groups]
             label = f"InpaintPairs sd, {dataset}, {resolution} px, {args.sd_steps} steps"
@@ -324,7 +324,7 @@ def main() -> None:
 
         # 3. InpaintPairs --fill render (ToyWorld's exact oracle).
         config = {"mode": "biaug", "dataset": "toyworld", "data": str(world), "fill": "render"}
-        synth_config, _ = load_configs(None, config)
+        synth_config = load_configs(None, config)[0].shared
         records = read_inputs(synth_config, world)[0]
         groups = group_rows(records, synth_config, toyworld_pick(world))
         label = f"InpaintPairs render, ToyWorld 128 px, batch {args.render_batch}"

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from xmr.eval.config import eval_config
-from xmr.eval.encode import Encoder, encode
+from xmr.eval.encode import RayEncoder, encode, ray_encoder
 from xmr.eval.score import score
 from xmr.toyworld.default_world import default_toyworld
 
@@ -57,7 +57,7 @@ def main() -> None:
         batch_size=args.batch_size, data=data, split=args.split, bootstrap=0,
     )  # fmt: skip
 
-    encoded = encode(config)  # what `xmr eval` runs: encode, then score
+    encoded = encode(config, ray_encoder())  # what `xmr eval` runs: encode, then score
     timings = score(encoded, config).timings
     texts = (encoded.odmap.gallery if encoded.odmap else encoded.retrieval.captions) + list(
         encoded.bias_texts
@@ -65,7 +65,7 @@ def main() -> None:
     queries = list(encoded.image_queries)
 
     t0 = time.perf_counter()
-    with Encoder(config) as encoder:
+    with RayEncoder(config) as encoder:
         encoder.encode(queries, texts)
         cold_s = time.perf_counter() - t0
         rows = encoder.rows

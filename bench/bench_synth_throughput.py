@@ -34,7 +34,7 @@ import ray
 from xmr.data import dataset_splits
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import rows_to_batch
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthOptions, SynthRuntime
 from xmr.synth.inputs import read_inputs
 from xmr.synth.methods import synthesize
 from xmr.synth.output import commit_shard, error_record, split_shards
@@ -45,14 +45,15 @@ from xmr.text.noun_phrases import _cached_spans
 from xmr.toyworld.default_world import default_toyworld
 
 
-def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> tuple[int, float]:
+def loop_build(options: SynthOptions, root: Path, out: Path, batch_size: int) -> tuple[int, float]:
     """The same stages, one batch after another in this process. Returns (rows, seconds)."""
     _cached_spans.cache_clear()
     start = time.perf_counter()
+    config, removal = options.shared, options.removal
     records, _ = read_inputs(config, root)
-    plan = PlanRows(config, Resources(1.0), batch_size)
+    plan = PlanRows(config, removal, Resources(1.0), batch_size)
     fill = FillImages(config, Resources(1.0), batch_size)
-    caption = WriteCaptions(config, Resources(1.0), batch_size)
+    caption = WriteCaptions(config, removal, Resources(1.0), batch_size)
     inputs = plan_inputs(records)
     planned: list[dict] = []
     for i in range(0, len(inputs), batch_size):
@@ -67,51 +68,54 @@ def loop_build(config: SynthConfig, root: Path, out: Path, batch_size: int) -> t
         done = caption.run_local(fill.run_local(rows_to_batch([by_key[k] for k in keys])))
         failed = [j for j in range(len(done["key"])) if done["error"][j]]
         ok = [j for j in range(len(done["key"])) if not done["error"][j]]
-        rows = [pair_record(done, j, config.fill, config.caption) for j in ok]
+        rows = [pair_record(done, j, config.fill, removal.caption) for j in ok]
         commit_shard(out, index, rows, [error_record(done, j) for j in failed])
     return len(planned), time.perf_counter() - start
 
 
-def pipeline_build(config: SynthConfig, out: Path, fill_actors: int) -> dict:
+def pipeline_build(options: SynthOptions, out: Path, fill_actors: int) -> dict:
     runtime = SynthRuntime(out=out, fill_actors=fill_actors, caption_actors=fill_actors,
                            progress=False, log_mlflow=False)  # fmt: skip
-    return synthesize(config, runtime, executor=ray_executor(runtime)).manifest
+    return synthesize(options, runtime, executor=ray_executor(runtime)).manifest
 
 
-def fresh_ray(config: SynthConfig) -> None:
+def fresh_ray(options: SynthOptions) -> None:
     """Restart Ray and warm its workers up (imports, tagger) on the val split, or on 5 images
     when there is none."""
     ray.shutdown()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    config = options.shared
     has_val = "val" in dataset_splits(config.dataset, config.data)
     warm = replace(config, split="val", limit=50) if has_val else replace(config, limit=5)
+    warm = replace(options, shared=warm)
     with tempfile.TemporaryDirectory() as tmp:
         pipeline_build(warm, Path(tmp) / "warm", os.cpu_count() or 1)
 
 
-def profile_loop(config: SynthConfig, root: Path, batch_size: int, top: int = 12) -> str:
+def profile_loop(options: SynthOptions, root: Path, batch_size: int, top: int = 12) -> str:
     profiler = cProfile.Profile()
     _cached_spans.cache_clear()
     with tempfile.TemporaryDirectory() as tmp:
         profiler.enable()
-        loop_build(config, root, Path(tmp), batch_size)
+        loop_build(options, root, Path(tmp), batch_size)
         profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
     return text.getvalue()
 
 
-def bench(name: str, config: SynthConfig, root: Path, batch_size: int, actors: list[int]) -> None:
+def bench(name: str, options: SynthOptions, root: Path, batch_size: int, actors: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        rows, loop_s = loop_build(config, root, Path(tmp) / "loop", batch_size)
-    print(f"\n## {name}: {rows} rows, fill={config.fill}, caption={config.caption}\n")
+        rows, loop_s = loop_build(options, root, Path(tmp) / "loop", batch_size)
+    fill, caption = options.shared.fill, options.removal.caption
+    print(f"\n## {name}: {rows} rows, fill={fill}, caption={caption}\n")
     print("| run | plan s | synth s | total s | rows/s (total) | vs loop |")
     print("|---|---|---|---|---|---|")
     print(f"| plain loop, 1 process | | | {loop_s:.1f} | {rows / loop_s:.1f} | 1.00 |")
     for n in actors:
-        fresh_ray(config)
+        fresh_ray(options)
         with tempfile.TemporaryDirectory() as tmp:
-            m = pipeline_build(config, Path(tmp) / "out", n)
+            m = pipeline_build(options, Path(tmp) / "out", n)
         t = m["timings_s"]
         total = t["total"]
         print(f"| Ray Data, {n} worker(s) | {t['plan']:.1f} | "
@@ -135,12 +139,12 @@ def main() -> None:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     print(f"Ray cold start: {time.perf_counter() - t:.1f} s on {os.cpu_count()} CPUs")
     world = default_toyworld(0, progress=False)
-    toy = SynthConfig(data=world, limit=args.limit, fill=args.fill)
+    toy = SynthOptions.of(data=world, limit=args.limit, fill=args.fill)
     bench(f"ToyWorld train, {args.limit} images at 128 px", toy, world, args.batch_size, actors)
     if args.profile:
         print(profile_loop(toy, world, args.batch_size))
     if args.coco:
-        coco = SynthConfig(dataset="coco", data=args.coco, fill=args.fill)
+        coco = SynthOptions.of(dataset="coco", data=args.coco, fill=args.fill)
         bench("COCO (real images, ~640x480)", coco, args.coco, args.batch_size, actors)
         if args.profile:
             print(profile_loop(coco, args.coco, args.batch_size))

@@ -47,10 +47,12 @@ from rich.table import Table
 from xmr.data.errors import DataError
 from xmr.pipeline import Resources
 from xmr.pipeline.stage import Batch, rows_to_batch
+from xmr.synth.biaug.config import BiAugConfig
 from xmr.synth.biaug.stages import decouple_request, propose_request
 from xmr.synth.config import SynthConfig
 from xmr.synth.inputs import read_inputs
 from xmr.synth.output import commit_shard
+from xmr.synth.removal.config import RemovalConfig
 from xmr.synth.removal.plan import pair_record
 from xmr.synth.removal.stages import FillImages, PlanRows, WriteCaptions, plan_inputs
 from xmr.text.noun_phrases import _cached_spans
@@ -479,7 +481,7 @@ def measure(data: Path, limit: int | None, repeats: int = 3, batch_size: int = 3
         raise SystemExit(f"--measure {data}: no readable COCO train images with captions there")
     items = plan_inputs(records)
     inputs = [rows_to_batch(items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
-    planner = PlanRows(config, Resources(1.0), batch_size)
+    planner = PlanRows(config, RemovalConfig(), Resources(1.0), batch_size)
 
     def timed(
         run: Callable[[], object],
@@ -518,7 +520,9 @@ def measure(data: Path, limit: int | None, repeats: int = 3, batch_size: int = 3
     telea_cpu, filled = timed(each(FillImages(config, Resources(1.0), batch_size), batches))
     zero = FillImages(replace(config, fill="zero"), Resources(1.0), batch_size)
     zero_cpu, _ = timed(each(zero, batches))
-    caption_cpu, captioned = timed(each(WriteCaptions(config, Resources(1.0), batch_size), filled))
+    caption_cpu, captioned = timed(
+        each(WriteCaptions(config, RemovalConfig(), Resources(1.0), batch_size), filled)
+    )
 
     def commit() -> list[dict]:
         """What the driver does per row: build the row, commit 256-row shards."""
@@ -532,15 +536,17 @@ def measure(data: Path, limit: int | None, repeats: int = 3, batch_size: int = 3
     driver_s, rows = timed(commit, time.perf_counter, statistics.median)
     n = len(rows)
 
-    biaug = SynthConfig(mode="biaug", dataset="coco", data=data, limit=limit, fill="sd")
+    shared = SynthConfig(mode="biaug", dataset="coco", data=data, limit=limit, fill="sd")
+    biaug = BiAugConfig()
     chars_per_token = INPUTS["chars_per_token"].value
     propose, decouple = [], []
     for record in records:
         caption = record.captions[0].text
         largest = max(record.objects, key=lambda o: o.bbox[2] * o.bbox[3], default=None)
         verified = json.dumps([{"name": largest.category}] if largest else [])
-        for out, request in ((propose, propose_request(biaug, caption)),
-                             (decouple, decouple_request(biaug, caption, verified))):  # fmt: skip
+        asked = propose_request(shared, biaug, caption)
+        answered = decouple_request(shared, biaug, caption, verified)
+        for out, request in ((propose, asked), (decouple, answered)):
             out.append(sum(len(content) for _, content in request.messages) / chars_per_token)
 
     run = (

@@ -96,15 +96,17 @@ def fixture_metrics(checkpoint: Path, sugarcrepe: Path, images: Path, aro: Path)
     --benchmark``, without Ray)."""
     from xmr.eval.benchmark import run_benchmark
     from xmr.eval.config import eval_config
+    from xmr.eval.encode import local_encoder
     from xmr.models import create_model
     from xmr.models.base import ModelSpec
 
     model = create_model(ModelSpec.from_checkpoint(checkpoint))
+    encoder = local_encoder(model)
     metrics = run_benchmark(
-        eval_config(data=sugarcrepe), "sugarcrepe", images=images, model=model
+        eval_config(data=sugarcrepe), "sugarcrepe", images=images, encoder=encoder
     ).metrics
     metrics |= run_benchmark(
-        eval_config(data=aro), "aro", subset="vg-attribution", model=model
+        eval_config(data=aro), "aro", subset="vg-attribution", encoder=encoder
     ).metrics
     return metrics
 

@@ -626,6 +626,7 @@ def test_aro_scores_each_subset_present_and_names_the_rest(nltk_tagger, tmp_path
     left out of the scores; the scores are the cosine similarities of the encoded pairs."""
     from xmr.eval.benchmark import read_benchmark, run_benchmark
     from xmr.eval.config import eval_config
+    from xmr.eval.encode import local_encoder
     from xmr.models import create_model
 
     root = tmp_path / "aro"
@@ -637,7 +638,7 @@ def test_aro_scores_each_subset_present_and_names_the_rest(nltk_tagger, tmp_path
     _karpathy(root, "coco_karpathy_test.json", "val2014")
     config = eval_config(data=root, batch_size=4)
     model = create_model("clip", arch="xmr-tiny", seed=0)
-    result = run_benchmark(config, "aro", model=model)
+    result = run_benchmark(config, "aro", encoder=local_encoder(model))
     assert set(result.metrics) == {"aro/vg_relation_acc", "aro/coco_order_acc"}
     assert result.missing == ("flickr30k_test.json",)
     # every row is scored or skipped: 3 + 2 VG items, 4 COCO captions of which one ("Surfing.")
@@ -676,6 +677,7 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     from xmr.eval import report
     from xmr.eval.benchmark import run_benchmark
     from xmr.eval.config import eval_config
+    from xmr.eval.encode import local_encoder
     from xmr.models import create_model
     from xmr.toyworld import WorldConfig, generate
 
@@ -687,7 +689,7 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     root = generate(tmp_path / "world", world, seed=1)
     config = eval_config(data=root, batch_size=8)
     model = create_model("clip", arch="xmr-tiny", seed=0)
-    result = run_benchmark(config, "toyworld-binding", model=model)
+    result = run_benchmark(config, "toyworld-binding", encoder=local_encoder(model))
     assert result.subsets == ("binding",)
     assert set(result.metrics) == set(BINDING_METRICS)
     assert result.counts == {"items": 4 + 3 * 4, "scored": 16, "unreadable": 0, "skipped": 0}
@@ -895,11 +897,14 @@ def test_sugarcrepe_with_a_missing_image_and_an_empty_caption_is_scored_with_2_s
     from xmr.eval import report
     from xmr.eval.benchmark import run_benchmark
     from xmr.eval.config import eval_config
+    from xmr.eval.encode import local_encoder
     from xmr.models import create_model
 
     root = _bad_sugarcrepe(tmp_path / "sc")
     config = eval_config(data=root, batch_size=4, bootstrap=50)
-    result = run_benchmark(config, "sugarcrepe", model=create_model("clip", arch="xmr-tiny"))
+    result = run_benchmark(
+        config, "sugarcrepe", encoder=local_encoder(create_model("clip", arch="xmr-tiny"))
+    )
     assert result.counts == {"items": 5, "scored": 3, "unreadable": 0, "skipped": 2}
     assert set(result.metrics) == {
         "sugarcrepe/add_att_acc", "sugarcrepe/swap_obj_acc", "sugarcrepe/mean_acc"
@@ -935,6 +940,7 @@ def test_an_unreadable_image_is_skipped_from_the_encoding_stage_or_with_strict_s
     strict the first is one line naming the image and the item."""
     from xmr.eval.benchmark import run_benchmark
     from xmr.eval.config import eval_config
+    from xmr.eval.encode import local_encoder
     from xmr.models import create_model
 
     model = create_model("clip", arch="xmr-tiny")
@@ -946,7 +952,7 @@ def test_an_unreadable_image_is_skipped_from_the_encoding_stage_or_with_strict_s
     entries[2]["image_path"] = "../../secret.jpg"
     _write_json(aro / "visual_genome_relation.json", entries)
     config = eval_config(data=aro, batch_size=8, bootstrap=0)
-    result = run_benchmark(config, "aro", model=model)
+    result = run_benchmark(config, "aro", encoder=local_encoder(model))
     assert result.counts == {"items": 3, "scored": 1, "unreadable": 1, "skipped": 2}
     assert result.skip_counts() == {IMAGE_OUTSIDE: 1, UNREADABLE_IMAGE: 1}
     assert result.groups["vg-relation"]["on"].count == 1
@@ -958,11 +964,11 @@ def test_an_unreadable_image_is_skipped_from_the_encoding_stage_or_with_strict_s
     sugarcrepe = _sugarcrepe(tmp_path / "sc", {"add_att": 3})
     (sugarcrepe / "val2017" / "add_att_02.jpg").write_bytes(b"\xff\xd8 truncated")
     config = eval_config(data=sugarcrepe, batch_size=8, bootstrap=0)
-    result = run_benchmark(config, "sugarcrepe", model=model)
+    result = run_benchmark(config, "sugarcrepe", encoder=local_encoder(model))
     assert result.counts == {"items": 3, "scored": 2, "unreadable": 1, "skipped": 1}
     assert [(s.item, s.reason) for s in result.skipped] == [("add_att/20", UNREADABLE_IMAGE)]
     with pytest.raises(DataError) as error:
-        run_benchmark(config, "sugarcrepe", model=model, strict=True)
+        run_benchmark(config, "sugarcrepe", encoder=local_encoder(model), strict=True)
     message = str(error.value)
     assert "\n" not in message and message.startswith("item 'add_att/20': DataError: ")
     assert "val2017/add_att_02.jpg: cannot decode image" in message

@@ -247,7 +247,7 @@ def test_vllm_engine_passes_answer_through_the_cache(
 
     log = tmp_path / "asked.txt"
     monkeypatch.setattr(biaug_method, "build_vllm_processor", _stand_in_vllm(log))
-    config, runtime = load_configs(None, {
+    options, runtime = load_configs(None, {
         "mode": "biaug", "dataset": "coco", "data": marked_coco, "limit": 6,
         "detector_model": str(models[0]), "box_threshold": 0.01, "text_threshold": 0.01,
         "min_box_share": 0.001, "max_box_share": 1.0, "max_overlap": 1.0, "batch_size": 4,
@@ -256,11 +256,12 @@ def test_vllm_engine_passes_answer_through_the_cache(
     llm = LLMSpec(backend="vllm", model="org/model", runtime_env='{"image_uri": "ray-llm"}',
                   batch_size=4, cache_dir=tmp_path / "cache")  # fmt: skip
     llm.check_ready()
+    config, biaug = options.shared, options.biaug
     records, _ = read_inputs(config, marked_coco)
     examples = biaug_method.source_examples(records, config)
     executor = RayExecutor(progress=False)
     groups, errors, _, stats, busy, _ = biaug_method.plan_pass(
-        executor, examples, config, runtime, llm
+        executor, examples, config, biaug, runtime, llm
     )
     assert stats["source_examples"] == len(examples) == 6 and busy["llm_engine"] > 0
     before_decouple = sum(e["stage"] in ("propose", "verify") for e in errors)
@@ -270,7 +271,7 @@ def test_vllm_engine_passes_answer_through_the_cache(
     assert failed["stage"] == "propose" and failed["message"] == "CUDA error: out of memory"
     assert groups and {g["phrase"].split()[1] for g in groups} == {"red"}
     log.unlink()
-    again = biaug_method.plan_pass(executor, examples, config, runtime, llm)
+    again = biaug_method.plan_pass(executor, examples, config, biaug, runtime, llm)
     assert again[0] == groups and again[1] == errors
     # only the question the engine failed on is asked again (failures are not cached)
     assert len(log.read_text().split()) == 1
@@ -356,14 +357,14 @@ def test_annotation_boxes_confirm_proposals_without_a_detector(oracle_world) -> 
     )
     assert coco == [Detection("Traffic  Light", (1, 2, 3, 4), 1.0)]
 
-    config, _ = load_configs(None, {"mode": "biaug", "data": oracle_world, "boxes": "gt"})
-    assert load_configs(None, {"mode": "biaug"})[0].boxes == "groundingdino"
-    assert load_configs(None, {})[0].boxes == "gt"  # the removal mode's default
+    options, _ = load_configs(None, {"mode": "biaug", "data": oracle_world, "boxes": "gt"})
+    assert load_configs(None, {"mode": "biaug"})[0].shared.boxes == "groundingdino"
+    assert load_configs(None, {})[0].shared.boxes == "gt"  # the removal mode's default
     records = read_dataset("toyworld", oracle_world, "train")
-    examples = source_examples(records, config)
+    examples = source_examples(records, options.shared)
     for example, record in zip(examples, records, strict=True):
         example["objects"] = json.dumps([*record.categories, "unicorn"])
-    stage = VerifyObjects(config, Resources(cpus=1), batch_size=8)
+    stage = VerifyObjects(options.shared, options.biaug, Resources(cpus=1), batch_size=8)
     out = stage.run_local(_stage_batch(examples))
     assert stage.detector is None and LLMSpec(backend="oracle").reads_images
     for i, record in enumerate(records):
@@ -395,10 +396,13 @@ def test_garbage_from_a_tiny_local_llm_fails_row_by_row(small_toyworld, tmp_path
     from xmr.synth.biaug.stages import ProposeObjects
     from xmr.synth.config import load_configs
 
-    config, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
+    options, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
     llm = LLMSpec(backend="hf", model=str(save_tiny_chat_model(tmp_path / "llm")), device="cpu")
-    examples = source_examples(read_dataset("toyworld", small_toyworld, "train")[:4], config)
-    stage = ProposeObjects(config, llm, Resources(cpus=1), batch_size=4, device="cpu")
+    records = read_dataset("toyworld", small_toyworld, "train")[:4]
+    examples = source_examples(records, options.shared)
+    stage = ProposeObjects(
+        options.shared, options.biaug, llm, Resources(cpus=1), batch_size=4, device="cpu"
+    )
     out = stage.run_local(_stage_batch(examples))
     assert list(out["error_stage"]) == ["propose"] * 4
     assert all(kind in ("AnswerError", "NoObjects") or kind.startswith("llm_")
@@ -416,7 +420,9 @@ def test_render_fill_repaints_only_the_box_in_the_named_colours(small_toyworld) 
     from xmr.synth.config import load_configs
     from xmr.toyworld.scene.classes import palette
 
-    config, _ = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})
+    config = load_configs(None, {"mode": "biaug", "data": small_toyworld, "fill": "render"})[
+        0
+    ].shared
     record = next(r for r in read_dataset("toyworld", small_toyworld, "train")
                   if any(o.category == "car" for o in r.objects))  # fmt: skip
     (car, *_) = [o for o in record.objects if o.category == "car"]

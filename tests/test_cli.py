@@ -31,7 +31,7 @@ from xmr.fields import ClusterOptions, flag, option_fields
 from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
 from xmr.synth.command import SynthFile
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthFlags, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import ratio_shortfall, training_data
 from xmr.train.options import DataChoice, ModelChoice, SeedOptions, TrainChoice, TrainOptions
@@ -109,7 +109,7 @@ def test_eval_and_synth_flags_are_their_options(tmp_path: Path) -> None:
     for name in {f.name for f in option_fields(EvalOptions)} & config_fields:
         if name not in ("model", "metrics"):
             assert _default(EvalConfig, name) == _default(EvalOptions, name), name
-    assert _flags("synth") == _declared(SynthFile, SynthConfig, SynthRuntime, LLMSpec)
+    assert _flags("synth") == _declared(SynthFile, SynthFlags, SynthRuntime, LLMSpec)
 
 
 @pytest.mark.parametrize("command", ["train", "eval", "synth"])

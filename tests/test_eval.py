@@ -20,6 +20,7 @@ from xmr.compare.paired import paired_comparison
 from xmr.compare.per_query import logged_per_query
 from xmr.data import read_dataset
 from xmr.eval.config import eval_config
+from xmr.eval.encode import local_encoder
 from xmr.eval.score import evaluate
 from xmr.models import create_model, save_checkpoint
 from xmr.text import COCO_CLASS_WORDS, mentioned_classes_batch
@@ -114,7 +115,7 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
 def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tiny_world) -> None:
     model = create_model("clip", "xmr-tiny", seed=0)  # in this process: no Ray
     config = eval_config(data=tiny_world, metrics="bias", bootstrap=200)
-    result = evaluate(config, model=model)
+    result = evaluate(config, local_encoder(model), model=model)
     everything = result.per_query["bias"]
     texts = [key.split(":", 1)[1] for key in everything.keys]
     mentions = mentioned_classes_batch(texts, COCO_CLASS_WORDS)
@@ -130,12 +131,14 @@ def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tin
             assert interval.low <= interval.value <= interval.high
 
     # --bias-split and --bias-classes choose what is ranked and which classes are broken out.
-    own = evaluate(replace(config, bias_split="test", bias_classes=("dog",)), model=model)
+    own = evaluate(
+        replace(config, bias_split="test", bias_classes=("dog",)), local_encoder(model), model=model
+    )
     assert own.bias_split == "test"
     assert sum(own.counts[f"images_{g}"] for g in ("male", "female", "neutral")) == 40
     assert "test/bias_at_10_dog" in own.metrics and "test/bias_at_10_cup" not in own.metrics
     with pytest.raises(ValueError, match=r"--bias-classes: unknown \['unicorn'\]"):
-        evaluate(replace(config, bias_classes=("unicorn",)), model=model)
+        evaluate(replace(config, bias_classes=("unicorn",)), local_encoder(model), model=model)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from xmr.cli import app
 from xmr.eval.config import EvalConfig, eval_config
-from xmr.eval.encode import encode
+from xmr.eval.encode import encode, local_encoder
 from xmr.eval.score import evaluate, score
 from xmr.models import create_model
 
@@ -27,13 +27,13 @@ def test_scoring_one_encoding_under_each_m_equals_a_full_evaluation(
     small_toyworld: Path, tiny_clip
 ) -> None:
     base = eval_config(data=small_toyworld, pretrained="none", metrics="recall,bias")
-    encoded = encode(base, model=tiny_clip, mi_features=True)
+    encoded = encode(base, local_encoder(tiny_clip), mi_features=True)
     assert len(encoded.mi_emb) == 120 and len(encoded.mi_genders) == 120  # the train split
 
     for m in (0, 16):
         config = replace(base, clip_m=m)
         once = score(encoded, config)
-        full = evaluate(config, model=tiny_clip)
+        full = evaluate(config, local_encoder(tiny_clip), model=tiny_clip)
         assert once.metrics == pytest.approx(full.metrics)
     clipped = score(encoded, replace(base, clip_m=16))
     assert len(clipped.clip.indices) == 16 and len(set(clipped.clip.indices.tolist())) == 16
@@ -45,7 +45,7 @@ def test_scoring_one_encoding_under_each_m_equals_a_full_evaluation(
 
     with pytest.raises(ValueError, match="encode again"):
         score(encoded, replace(base, split="val"))
-    plain = encode(base, model=tiny_clip)
+    plain = encode(base, local_encoder(tiny_clip))
     with pytest.raises(ValueError, match="mi_features=True"):
         score(plain, replace(base, clip_m=8))
     with pytest.raises(ValueError, match="m=128 but the features have 128 dims"):
@@ -54,8 +54,8 @@ def test_scoring_one_encoding_under_each_m_equals_a_full_evaluation(
 
 def test_mi_images_are_a_seeded_sample_of_the_mi_split(small_toyworld: Path, tiny_clip) -> None:
     config = eval_config(data=small_toyworld, pretrained="none", metrics="bias", mi_samples=50)
-    first = encode(config, model=tiny_clip, mi_features=True)
-    again = encode(config, model=tiny_clip, mi_features=True)
+    first = encode(config, local_encoder(tiny_clip), mi_features=True)
+    again = encode(config, local_encoder(tiny_clip), mi_features=True)
     assert len(first.mi_emb) == 50 and first.mi_genders == again.mi_genders
     assert (first.mi_emb == again.mi_emb).all()
 

@@ -13,7 +13,7 @@ import pytest
 
 from xmr.data import Caption, DataError, ImageRecord, ObjectAnnotation, read_toyworld
 from xmr.removal import plan_removals, removal_plans
-from xmr.synth.config import SynthConfig, load_configs
+from xmr.synth.config import OPTION_ORDER, SynthOptions, load_configs
 from xmr.synth.inputs import inputs_hash, read_inputs
 from xmr.synth.output import (
     check_out_dir,
@@ -49,10 +49,10 @@ MENTIONS = [{"dog", "frisbee"}, {"dog"}, {"frisbee"}, {"dog", "frisbee"}]
 def test_yaml_config_with_flag_overrides(tmp_path) -> None:
     path = tmp_path / "synth.yaml"
     path.write_text("fill: blur\nalpha1: 0.3\ncaptions-per-image: all\nfill_actors: 3\n")
-    config, runtime = load_configs(path, {"alpha1": 0.5, "seed": None, "dataset": "toyworld"})
-    assert config.fill == "blur"
-    assert config.alpha1 == 0.5  # the flag wins over the file
-    assert config.captions_per_image is None  # "all"
+    options, runtime = load_configs(path, {"alpha1": 0.5, "seed": None, "dataset": "toyworld"})
+    assert options.shared.fill == "blur"
+    assert options.removal.alpha1 == 0.5  # the flag wins over the file
+    assert options.shared.captions_per_image is None  # "all"
     assert runtime.fill_actors == 3
     assert runtime.out == Path("xmr-synth/toyworld-train").resolve()  # absolute: Ray workers
 
@@ -79,10 +79,22 @@ def test_a_missing_model_folder_is_named_before_anything_runs(tmp_path) -> None:
 
 
 def test_fingerprint_ignores_where_the_data_is_but_not_what_is_built() -> None:
-    base = SynthConfig()
-    assert base.fingerprint() == SynthConfig(data=Path("/elsewhere")).fingerprint()
-    assert base.fingerprint() != SynthConfig(fill="zero").fingerprint()
-    assert base.fingerprint() != SynthConfig(seed=1).fingerprint()
+    base = SynthOptions.of()
+    assert base.fingerprint() == SynthOptions.of(data=Path("/elsewhere")).fingerprint()
+    assert base.fingerprint() != SynthOptions.of(fill="zero").fingerprint()
+    assert base.fingerprint() != SynthOptions.of(seed=1).fingerprint()
+    assert base.fingerprint() != SynthOptions.of(alpha1=0.5).fingerprint()
+    # A method hashes the shared config and its own, not the other method's options ...
+    assert base.fingerprint() == SynthOptions.of(max_objects=7).fingerprint()
+    biaug = SynthOptions.of(mode="biaug")
+    assert biaug.fingerprint() == SynthOptions.of(mode="biaug", alpha1=0.5).fingerprint()
+    assert biaug.fingerprint() != SynthOptions.of(mode="biaug", max_objects=7).fingerprint()
+    # ... which are recorded all the same, flat, in the flags' order.
+    assert list(SynthOptions.of(mode="biaug", alpha1=0.5).to_dict().items())[:6] == [
+        ("mode", "biaug"), ("dataset", "toyworld"), ("data", None), ("split", "train"),
+        ("limit", None), ("alpha1", 0.5),
+    ]  # fmt: skip
+    assert list(base.to_dict()) == list(OPTION_ORDER)
 
 
 def test_rows_pair_each_plan_with_a_caption_that_names_a_removed_class() -> None:
@@ -211,11 +223,11 @@ from xmr.synth.runner import ray_executor
 from xmr.synth.config import load_configs
 
 for out in sys.argv[2:]:
-    config, runtime = load_configs(
+    options, runtime = load_configs(
         None, {"data": Path(sys.argv[1]), "out": Path(out), "progress": False, "log_mlflow": False}
     )
     try:
-        synthesize(config, runtime, executor=ray_executor(runtime))
+        synthesize(options, runtime, executor=ray_executor(runtime))
         refusal = None
     except ValueError as exc:
         refusal = str(exc)
@@ -224,10 +236,10 @@ for out in sys.argv[2:]:
 
 
 def test_refusals_of_an_existing_out_come_before_ray_starts(small_toyworld, tmp_path) -> None:
-    config, _ = load_configs(None, {"data": small_toyworld})
-    digest = inputs_hash(*read_inputs(config, small_toyworld))
+    options, _ = load_configs(None, {"data": small_toyworld})
+    digest = inputs_hash(*read_inputs(options.shared, small_toyworld))
     # The refusal expected, and the metadata of the plan already in --out.
-    ours = config.fingerprint()
+    ours = options.fingerprint()
     cases = [
         ("built from another config", {"config_hash": "0123456789abcdef", "inputs_hash": digest}),
         ("built from another input data", {"config_hash": ours, "inputs_hash": "0" * 16}),
@@ -249,14 +261,16 @@ def test_refusals_of_an_existing_out_come_before_ray_starts(small_toyworld, tmp_
         assert not report["ray_started"], refusal
 
 
-def _planned_batch(config: SynthConfig, count: int) -> dict:
-    """The planner stage's rows for the first images of ``config.data``, as the fill gets them."""
+def _planned_batch(options: SynthOptions, count: int) -> dict:
+    """The planner stage's rows for the first images of ``options.shared.data``, as the fill
+    gets them."""
     from xmr.pipeline import Resources
     from xmr.pipeline.stage import rows_to_batch
     from xmr.synth.removal.stages import PlanRows, plan_inputs
 
-    records = read_toyworld(config.data, "train")[:count]
-    planned = PlanRows(config, Resources(), 8).run_local(rows_to_batch(plan_inputs(records)))
+    records = read_toyworld(options.shared.data, "train")[:count]
+    planner = PlanRows(options.shared, options.removal, Resources(), 8)
+    planned = planner.run_local(rows_to_batch(plan_inputs(records)))
     ok = [i for i, error in enumerate(planned["error"]) if not error]
     return {k: v[ok] for k, v in planned.items() if not k.startswith("seconds_")}
 
@@ -268,10 +282,10 @@ def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger,
     from xmr.pipeline import Resources
     from xmr.synth.removal.stages import FillImages, WriteCaptions
 
-    config = SynthConfig(data=small_toyworld, fill=fill, caption=caption)
-    batch = _planned_batch(config, 6)
-    filled = FillImages(config, Resources(), 8).run_local(batch)
-    done = WriteCaptions(config, Resources(), 8).run_local(filled)
+    options = SynthOptions.of(data=small_toyworld, fill=fill, caption=caption)
+    batch = _planned_batch(options, 6)
+    filled = FillImages(options.shared, Resources(), 8).run_local(batch)
+    done = WriteCaptions(options.shared, options.removal, Resources(), 8).run_local(filled)
     ok = [i for i, error in enumerate(done["error"]) if not error]
     assert ok
     for i in ok:

@@ -77,11 +77,11 @@ def test_a_rerun_retries_transient_errors_and_only_them(
     monkeypatch.setenv("XMR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("XMR_STORAGE", raising=False)
     answer = _scripted_llm(world)
-    config, _ = load_configs(
+    options, _ = load_configs(
         None, {"mode": "biaug", "data": world, "boxes": "gt", "fill": "render",
                "captions_per_image": "1"}
     )  # fmt: skip
-    examples = source_examples(read_dataset("toyworld", world, "train"), config)
+    examples = source_examples(read_dataset("toyworld", world, "train"), options.shared)
     counts = Counter(e["caption"] for e in examples)
     unique = [e["caption"] for e in examples if counts[e["caption"]] == 1]
     busy, broken = unique[:2], unique[2]
@@ -224,7 +224,7 @@ def test_injected_llm_answers_are_refused_each_with_its_rule(tmp_path, monkeypat
     from xmr.synth.biaug.stages import DecoupleAttributes, ProposeObjects
 
     monkeypatch.chdir(tmp_path)
-    config, _ = load_configs(None, {"mode": "biaug"})
+    options, _ = load_configs(None, {"mode": "biaug"})
     header = "object,category,phrase,caption,negative_phrase,negative_caption"
     table = "\n".join([header, *(row for row, _ in INJECTIONS.values()), VALID_ROW]) + "\n"
     caption = "a car and a bus on a road"
@@ -233,9 +233,7 @@ def test_injected_llm_answers_are_refused_each_with_its_rule(tmp_path, monkeypat
            "error_stage": "", "error_type": "", "error": ""}  # fmt: skip
     vocabulary = tmp_path / "objects.txt"
     vocabulary.write_text("car\nbuses\n")
-    config_with_vocabulary, _ = load_configs(
-        None, {"mode": "biaug", "object_vocabulary": vocabulary}
-    )
+    with_vocabulary, _ = load_configs(None, {"mode": "biaug", "object_vocabulary": vocabulary})
     with ChatServer() as server:
         server.reply_when(
             "Name the physical",
@@ -243,11 +241,13 @@ def test_injected_llm_answers_are_refused_each_with_its_rule(tmp_path, monkeypat
         )  # the proposal prompt
         server.reply_when("Answer:", table)
         llm = LLMSpec(backend="openai", url=server.url, model="scripted", max_retries=0)
-        decouple = DecoupleAttributes(config, llm, Resources(cpus=1), batch_size=4)
+        decouple = DecoupleAttributes(
+            options.shared, options.biaug, llm, Resources(cpus=1), batch_size=4
+        )
         out = decouple.run_local(rows_to_batch([row]))
         propose = ProposeObjects(
-            config_with_vocabulary, llm, Resources(cpus=1), batch_size=4,
-            vocabulary=config_with_vocabulary.object_names(),
+            with_vocabulary.shared, with_vocabulary.biaug, llm, Resources(cpus=1), batch_size=4,
+            vocabulary=with_vocabulary.biaug.object_names(),
         )  # fmt: skip
         proposed = propose.run_local(rows_to_batch([{**row, "caption": caption}]))
         decouple.chat.close()

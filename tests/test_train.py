@@ -25,6 +25,7 @@ from xmr.cli import app
 from xmr.data import read_dataset
 from xmr.data.synthetic import read_manifest
 from xmr.eval.config import EvalConfig
+from xmr.eval.encode import local_encoder
 from xmr.eval.score import evaluate
 from xmr.models import ModelSpec, create_model
 from xmr.progress import PARTS
@@ -241,9 +242,11 @@ def test_epochs_auto_stops_on_a_plateau_tests_the_best_weights_and_resumes_its_c
     best = torch.load(tmp_path / "runs" / "auto" / "best.pt", weights_only=True)["model"]
     assert all(torch.equal(last[key], best[key]) for key in best)
     spec = ModelSpec.from_checkpoint(tmp_path / "runs" / "auto" / "last.pt")
+    scorer = create_model(spec)
     evaluated = evaluate(
         EvalConfig(model=spec, dataset="toyworld", data=small_toyworld, split="test"),
-        model=create_model(spec),
+        local_encoder(scorer),
+        model=scorer,
     ).metrics
     for key in ("test/recall_t2i_at_1", "test/recall_i2t_at_5", "test/odmap_at_1"):
         assert evaluated[key] == pytest.approx(metrics[f"final/{key}"]), key
@@ -390,7 +393,9 @@ def test_each_family_trains_and_evaluates(local_ray, small_toyworld, tmp_path, f
     model = create_model(spec)  # vocabularies come back from the checkpoint
     assert model.encode_texts(["a dog with a frisbee"]).shape == (1, model.embed_dim)
     evaluated = evaluate(
-        EvalConfig(model=spec, dataset="toyworld", data=small_toyworld, split="test"), model=model
+        EvalConfig(model=spec, dataset="toyworld", data=small_toyworld, split="test"),
+        local_encoder(model),
+        model=model,
     ).metrics
     for key in ("test/recall_t2i_at_1", "test/recall_i2t_at_5", "test/odmap_at_1"):
         assert evaluated[key] == pytest.approx(result.metrics[key]), key

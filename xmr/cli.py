@@ -101,11 +101,12 @@ def eval_command(
     MLflow artifact (clip_dims.json).
     """
     from xmr.eval.config import EvalConfig
+    from xmr.eval.encode import ray_encoder
     from xmr.eval.evaluation import run_evaluation
 
     with user_errors():
         evaluation = run_evaluation(
-            EvalConfig.from_options(options), benchmark, address=cluster.address
+            EvalConfig.from_options(options), benchmark, ray_encoder(cluster.address)
         )
     evaluation.print()
     if outputs.output:

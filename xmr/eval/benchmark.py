@@ -2,10 +2,10 @@
 
 The benchmark's items (:mod:`xmr.benchmarks`: an image or a box of it, the true caption and its
 negatives; or a caption, its true image and the negative ones) are encoded once with the
-encoding stage of ``xmr eval`` (:class:`~xmr.eval.encode.Encoder`: Ray actors, or a model
-in memory); an item's score for a candidate is the cosine similarity of the two L2-normalised
-embeddings, and the benchmark's rules turn the per-item verdicts (true candidate strictly above
-every negative) into its metrics.
+encoding stage of ``xmr eval`` (the :class:`~xmr.eval.encode.Encoder` handed in: Ray actors,
+or a model in memory); an item's score for a candidate is the cosine similarity of the two
+L2-normalised embeddings, and the benchmark's rules turn the per-item verdicts (true candidate
+strictly above every negative) into its metrics.
 
 Bad rows are decided per item and never lost: every row of the benchmark's files is scored or
 skipped with its reason (:data:`~xmr.benchmarks.SKIP_REASONS`), ``items = scored + skipped``.
@@ -57,10 +57,9 @@ from xmr.compare.bootstrap import Interval
 from xmr.compare.per_query import QueryValues
 from xmr.data import DataError
 from xmr.eval.config import EvalConfig
-from xmr.eval.encode import Encoder
+from xmr.eval.encode import EncoderFactory
 from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery
-from xmr.models import RetrievalModel, check_spec
 from xmr.storage import is_uri
 
 BENCHMARKS = ("aro", "sugarcrepe", "toyworld-binding")
@@ -211,17 +210,17 @@ def run_benchmark(
     config: EvalConfig,
     benchmark: str,
     *,
+    encoder: EncoderFactory,
     subset: str = "all",
     images: Path | None = None,
-    address: str | None = None,
-    model: RetrievalModel | None = None,
     strict: bool = False,
 ) -> BenchmarkResult:
-    """Score ``config.model`` on ``benchmark`` read from ``config.data``.
+    """Score ``config.model`` on ``benchmark`` read from ``config.data``, encoded by the encoder
+    ``encoder`` makes (:func:`~xmr.eval.encode.ray_encoder`: Ray actors;
+    :func:`~xmr.eval.encode.local_encoder`: a model in this process).
 
     Every check that needs no cluster (the model spec, the files, each item's image path and
-    captions) comes before Ray starts. ``address``: the Ray cluster (default: local Ray);
-    ``model``: encode in this process. Bad rows are skipped with their reasons (see the module
+    captions) comes before Ray starts. Bad rows are skipped with their reasons (see the module
     docstring); ``strict``: the first one raises instead.
 
     Raises:
@@ -236,8 +235,7 @@ def run_benchmark(
             f"--data {config.data}: --benchmark {benchmark} reads its files from a local or "
             "shared filesystem, not an object store"
         )
-    if model is None:
-        check_spec(config.model)
+    made = encoder(config)  # checks the model spec; starts nothing
     start = time.perf_counter()
     subsets = read_benchmark(
         benchmark, config.data, subset=subset, images=images, seed=config.seed, strict=strict
@@ -269,7 +267,7 @@ def run_benchmark(
         )
         queries += [ImageQuery(image) for image in item.images]
         texts.append(item.caption)
-    with Encoder(config, model, address) as encoder:
+    with made as encoder:
         image_emb, image_errors, text_emb = encoder.encode(queries, texts)  # repeats once
     timings["encode_s"] = time.perf_counter() - t0
     timings.update(encoder.timings)

@@ -2,10 +2,11 @@
 
 :func:`encode` assembles the inputs of each metric group (:mod:`xmr.eval.protocol`: the split's
 images and captions, the ODmAP queries and all-splits caption gallery, the gender-neutral Bias@K
-queries, the images that estimate CLIP-clip's mutual information) and encodes them once, either
-on Ray (one model per actor, the actors started while the rest is prepared) or in this process
-with a model already in memory. The result, an :class:`EncodedSplit`, is scored by
-:func:`xmr.eval.score.score` under any CLIP-clip.
+queries, the images that estimate CLIP-clip's mutual information) and encodes them once with the
+:class:`Encoder` the command or job hands in, as a function that makes it: on Ray
+(:func:`ray_encoder`: one model per actor, the actors started while the rest is prepared) or in
+this process with a model already in memory (:func:`local_encoder`). The result, an
+:class:`EncodedSplit`, is scored by :func:`xmr.eval.score.score` under any CLIP-clip.
 
 Ray is imported only when encoding on it, so this module (and ``xmr.eval``) loads without it.
 """
@@ -16,7 +17,10 @@ import json
 import math
 import os
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +46,7 @@ from xmr.eval.protocol import (
 )
 from xmr.models import RetrievalModel, check_spec
 from xmr.pipeline import Resources, run_local
+from xmr.pipeline.stage import Batch
 from xmr.storage import StoragePath, storage_path
 from xmr.text import COCO_CLASS_WORDS, FLICKR30K_ODMAP_CLASSES, caption_mentions
 from xmr.toyworld.default_world import default_toyworld
@@ -88,20 +93,16 @@ class EncodedSplit:
 
 
 def encode(
-    config: EvalConfig,
-    *,
-    address: str | None = None,
-    model: RetrievalModel | None = None,
-    mi_features: bool | None = None,
+    config: EvalConfig, encoder: EncoderFactory, *, mi_features: bool | None = None
 ) -> EncodedSplit:
-    """Read ``config``'s split and encode everything its metrics need.
+    """Read ``config``'s split and encode everything its metrics need with the encoder that
+    ``encoder`` makes (:func:`ray_encoder`, :func:`local_encoder`): it is made (and checks what
+    it can) before the split is read, and started (on Ray, its actors) once the split is read.
 
     ``mi_features``: also encode the ``mi_split`` images for CLIP-clip (default: when
-    ``config.clip_m > 0``). By default the model of ``config.model`` is built in Ray actors
-    (``address``: the cluster); with ``model`` everything is encoded in this process.
+    ``config.clip_m > 0``).
     """
-    if model is None:
-        check_spec(config.model)
+    made = encoder(config)
     _check_bias_classes(config)
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -116,7 +117,7 @@ def encode(
     mi_records = _mi_records(config, root, records) if with_mi else []
     # Every flag and split is read: the encoder's actors start now, while the ODmAP queries,
     # the caption gallery and the class mentions are worked out.
-    with Encoder(config, model, address) as encoder:
+    with made as encoder:
         retrieval = RetrievalSet.from_records(records)
         odmap = (
             _odmap_set(config, root, records, issues, design) if "odmap" in config.metrics else None
@@ -255,51 +256,25 @@ def encoder_actors(default: int, rows: int, batch_size: int, requested: int | No
     return max(1, min(default, math.ceil(rows / (BATCHES_PER_ACTOR * batch_size))))
 
 
-class Encoder:
-    """Runs the encoding stage: on Ray (one model per actor), or here with a model in memory.
+class Encoder(ABC):
+    """Runs the encoding stage over images and texts: :class:`LocalEncoder` (a model in
+    memory, in this process) or :class:`RayEncoder` (one model per Ray actor).
 
-    On Ray the actors start when the encoder is made (a :class:`~xmr.pipeline.ray_executor.
-    StagePool`), so that their start (a model built, on a GPU its CUDA context) overlaps the
-    reading and planning that come before :meth:`encode`. Use it as a context manager, or
-    :meth:`close` it: the actors hold their GPUs until then.
+    Made, it has checked what it can without starting anything; used as a context manager, it
+    starts on entering (the actors, which hold their GPUs until the exit) and ends on exit.
     """
 
-    def __init__(
-        self, config: EvalConfig, model: RetrievalModel | None = None, address: str | None = None
-    ) -> None:
-        """With ``model``: encode in this process with it. Without: start or join Ray
-        (``address``) and start building ``config.model`` in actors, on the GPUs when there are
-        some (``device="auto"``): ``--actors`` of them, else one per GPU, or one on the CPU (more
-        join in :meth:`encode` when the rows are many, see :func:`encoder_actors`)."""
+    device: str
+    """Where the model runs (``cuda``, ``cpu``; on Ray, known once started)."""
+
+    def __init__(self, config: EvalConfig) -> None:
         self.config = config
-        self.model = model
+        self.device = "cpu"
         self.timings: dict[str, float] = {}
         """Seconds: ``encoder_wait_s`` (:meth:`encode` waiting for its first actor to be
         ready), ``encoder_setup_s`` (the slowest actor's model build, on Ray)."""
         self.rows = 0
         """Rows the last :meth:`encode` ran: its distinct images and distinct texts."""
-        self._pool: StagePool | None = None
-        if model is not None:
-            self.device = str(model.device)
-            self.actors, resources = 0, Resources(cpus=1)
-        else:
-            from xmr.pipeline.ray_executor import StagePool, cluster_gpus, cpus_per_gpu, init_ray
-
-            init_ray(address)
-            gpus = cluster_gpus()
-            auto = "cuda" if gpus > 0 else "cpu"
-            self.device = auto if config.device == "auto" else config.device
-            if self.device == "cuda":
-                self.actors = config.actors or max(1, gpus)
-                resources = Resources(cpus=gpu_encoder_cpus(cpus_per_gpu()), gpus=1)
-            else:
-                self.actors = config.actors or max(1, min(4, os.cpu_count() or 1))
-                resources = Resources(cpus=1)
-        c = config
-        self._stage = EncodeQueries(c.model, self.device, resources, c.batch_size, c.seed, model)
-        if model is None:
-            first = c.actors or (self.actors if self.device == "cuda" else 1)
-            self._pool = StagePool(self._stage, first)
 
     def __enter__(self) -> Encoder:
         return self
@@ -307,11 +282,13 @@ class Encoder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @abstractmethod
     def close(self) -> None:
-        """End the actors (nothing to do in this process)."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """End what the encoder started."""
+
+    @abstractmethod
+    def run(self, rows: list[dict]) -> Batch:
+        """The encoding stage's output columns (``embedding``, ``error``) for ``rows``."""
 
     def encode(
         self, queries: list[ImageQuery], texts: list[str]
@@ -335,16 +312,7 @@ class Encoder:
         ]
         rows += [{"path": "", "inpaint": "", "crop": "", "text": text} for text in unique_texts]
         self.rows = len(rows)
-        if self.model is not None:
-            out = run_local(rows, self._stage)
-        elif self._pool is None:
-            raise RuntimeError("this encoder is closed: its actors have ended")
-        else:
-            c = self.config
-            self._pool.grow(encoder_actors(self.actors, len(rows), c.batch_size, c.actors))
-            out = self._pool.run(rows, desc="encode")
-            self.timings["encoder_wait_s"] = self._pool.wait_s
-            self.timings["encoder_setup_s"] = max(self._pool.setup_s.values())
+        out = self.run(rows)
         image_index = {key: i for i, key in enumerate(images)}
         index = [image_index[key] for key in image_keys]
         text_index = {text: len(images) + i for i, text in enumerate(unique_texts)}
@@ -354,6 +322,97 @@ class Encoder:
             [str(out["error"][i]) for i in index],
             embedding[[text_index[t] for t in texts]],
         )
+
+
+EncoderFactory = Callable[[EvalConfig], Encoder]
+"""Makes the encoder of a config (:func:`ray_encoder`, :func:`local_encoder`): what a command
+or job hands to :func:`encode`."""
+
+
+class LocalEncoder(Encoder):
+    """Encodes in this process with ``model`` (a training worker's model, on its device);
+    ``config.model`` only names it. Ray is not used."""
+
+    def __init__(self, config: EvalConfig, model: RetrievalModel) -> None:
+        super().__init__(config)
+        self.device = str(model.device)
+        c = config
+        self._stage = EncodeQueries(
+            c.model, self.device, Resources(cpus=1), c.batch_size, c.seed, model
+        )
+
+    def close(self) -> None:
+        """Nothing to end: the model is the caller's."""
+
+    def run(self, rows: list[dict]) -> Batch:
+        return run_local(rows, self._stage)
+
+
+class RayEncoder(Encoder):
+    """Builds ``config.model`` in Ray actors (a :class:`~xmr.pipeline.ray_executor.StagePool`)
+    on ``address`` (default: ``RAY_ADDRESS`` or a local Ray), on the GPUs when there are some
+    (``device="auto"``): ``--actors`` of them, else one per GPU, or one on the CPU (more join in
+    :meth:`run` when the rows are many, see :func:`encoder_actors`).
+
+    The actors start on entering, so that their start (a model built, on a GPU its CUDA
+    context) overlaps the reading and planning that come before :meth:`encode`.
+    """
+
+    def __init__(self, config: EvalConfig, address: str | None = None) -> None:
+        """Checks ``config.model`` (its family, arch and checkpoint); starts nothing."""
+        super().__init__(config)
+        check_spec(config.model)
+        self.address = address
+        self.actors = 0
+        self._pool: StagePool | None = None
+
+    def __enter__(self) -> RayEncoder:
+        """Start or join Ray and start building the model in the first actors."""
+        from xmr.pipeline.ray_executor import StagePool, cluster_gpus, cpus_per_gpu, init_ray
+
+        c = self.config
+        init_ray(self.address)
+        gpus = cluster_gpus()
+        auto = "cuda" if gpus > 0 else "cpu"
+        self.device = auto if c.device == "auto" else c.device
+        if self.device == "cuda":
+            self.actors = c.actors or max(1, gpus)
+            resources = Resources(cpus=gpu_encoder_cpus(cpus_per_gpu()), gpus=1)
+        else:
+            self.actors = c.actors or max(1, min(4, os.cpu_count() or 1))
+            resources = Resources(cpus=1)
+        stage = EncodeQueries(c.model, self.device, resources, c.batch_size, c.seed)
+        first = c.actors or (self.actors if self.device == "cuda" else 1)
+        self._pool = StagePool(stage, first)
+        return self
+
+    def close(self) -> None:
+        """End the actors."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def run(self, rows: list[dict]) -> Batch:
+        if self._pool is None:
+            raise RuntimeError("this encoder is not started, or closed: it has no actors")
+        c = self.config
+        self._pool.grow(encoder_actors(self.actors, len(rows), c.batch_size, c.actors))
+        out = self._pool.run(rows, desc="encode")
+        self.timings["encoder_wait_s"] = self._pool.wait_s
+        self.timings["encoder_setup_s"] = max(self._pool.setup_s.values())
+        return out
+
+
+def ray_encoder(address: str | None = None) -> EncoderFactory:
+    """Encoders on Ray at ``address`` (:class:`RayEncoder`): what ``xmr eval``, the jobs and
+    the sweeps encode with."""
+    return partial(RayEncoder, address=address)
+
+
+def local_encoder(model: RetrievalModel) -> EncoderFactory:
+    """Encoders in this process with ``model`` (:class:`LocalEncoder`): a training worker's
+    evaluations."""
+    return partial(LocalEncoder, model=model)
 
 
 def _odmap_set(

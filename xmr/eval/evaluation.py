@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from xmr.eval import report
 from xmr.eval.benchmark import BenchmarkResult, run_benchmark
 from xmr.eval.config import EvalConfig
+from xmr.eval.encode import EncoderFactory
 from xmr.eval.options import BenchmarkOptions
 from xmr.eval.score import EvalResult, evaluate
 from xmr.storage import StoragePath
@@ -60,19 +61,20 @@ class Evaluation:
 
 
 def run_evaluation(
-    config: EvalConfig, scored: BenchmarkOptions, *, address: str | None = None
+    config: EvalConfig, scored: BenchmarkOptions, encoder: EncoderFactory
 ) -> Evaluation:
     """Score ``scored.benchmark`` read from ``config.data``, or with no benchmark evaluate
-    ``config``'s split (Recall@K, ODmAP@K, Bias@K); Ray at ``address``."""
+    ``config``'s split (Recall@K, ODmAP@K, Bias@K), encoded by the encoder ``encoder`` makes
+    (:func:`~xmr.eval.encode.ray_encoder` for ``xmr eval`` and the jobs)."""
     if scored.benchmark is not None:
         result: EvalResult | BenchmarkResult = run_benchmark(
             config,
             scored.benchmark,
+            encoder=encoder,
             subset=scored.subset,
             images=scored.images,
-            address=address,
             strict=scored.strict,
         )
     else:
-        result = evaluate(config, address=address)
+        result = evaluate(config, encoder)
     return Evaluation(result, config, scored.benchmark)

@@ -35,7 +35,7 @@ from xmr.data import DataIssue
 from xmr.data.images import load_image
 from xmr.eval.clip import ClippedDims, clipped_split
 from xmr.eval.config import EvalConfig
-from xmr.eval.encode import EncodedSplit, encode
+from xmr.eval.encode import EncodedSplit, EncoderFactory, encode
 from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
@@ -198,16 +198,17 @@ def score(
 
 
 def evaluate(
-    config: EvalConfig, *, address: str | None = None, model: RetrievalModel | None = None
+    config: EvalConfig, encoder: EncoderFactory, *, model: RetrievalModel | None = None
 ) -> EvalResult:
-    """Run one evaluation: :func:`~xmr.eval.encode.encode`, then :func:`score`. Bad images are
-    skipped and reported in ``EvalResult.skipped``.
+    """Run one evaluation: :func:`~xmr.eval.encode.encode` with the encoder ``encoder`` makes,
+    then :func:`score`. Bad images are skipped and reported in ``EvalResult.skipped``.
 
-    By default the model of ``config.model`` is built in Ray actors (``address``: the cluster).
-    With ``model`` (a training worker's model, on its device) everything is encoded in this
-    process and Ray is not used; ``config.model`` then only names it in the params.
+    ``encoder``: :func:`~xmr.eval.encode.ray_encoder` builds ``config.model`` in Ray actors;
+    :func:`~xmr.eval.encode.local_encoder` encodes in this process with a model in memory (a
+    training worker's, on its device: pass it as ``model`` too, to re-rank with it; Ray is not
+    used, and ``config.model`` only names it in the params).
     """
-    return score(encode(config, address=address, model=model), config, model=model)
+    return score(encode(config, encoder), config, model=model)
 
 
 def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) -> GroupScores:

@@ -62,8 +62,8 @@ def world_step(
 def synth_step(
     name: str, summary: str, values: Mapping[str, Any], llm: LLMSpec | None = None
 ) -> Step:
-    """Build D′ (``xmr synth``) with ``values``: the fields of
-    :class:`~xmr.synth.config.SynthConfig` and :class:`~xmr.synth.config.SynthRuntime` by
+    """Build D′ (``xmr synth``) with ``values``: the fields of the configs
+    (:data:`~xmr.synth.config.OPTION_ORDER`) and of :class:`~xmr.synth.config.SynthRuntime` by
     name (``out`` included), and for ``--mode biaug`` the LLM ``llm``.
 
     Raises:
@@ -72,8 +72,8 @@ def synth_step(
     """
     from xmr.synth.config import load_configs
 
-    config, runtime = load_configs(None, {**values, "run_name": name})
-    spec = llm if config.mode == "biaug" else None
+    options, runtime = load_configs(None, {**values, "run_name": name})
+    spec = llm if options.mode == "biaug" else None
     if spec is not None:
         spec.check_ready()
 
@@ -85,11 +85,11 @@ def synth_step(
         from xmr.synth.runner import ray_executor
 
         attached = replace(runtime, address=context.address, tracking_uri=context.tracking_uri)
-        result = synthesize(config, attached, spec, executor=ray_executor(attached))
-        save_sample_grid(result.out, result.out / SAMPLES, seed=config.seed)
+        result = synthesize(options, attached, spec, executor=ray_executor(attached))
+        save_sample_grid(result.out, result.out / SAMPLES, seed=options.shared.seed)
         run_id = log_to_mlflow(
             result,
-            config,
+            options,
             attached,
             spec,
             experiment=context.experiment,
@@ -210,10 +210,11 @@ def eval_step(
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.eval.config import EvalConfig
+        from xmr.eval.encode import ray_encoder
         from xmr.eval.evaluation import run_evaluation
 
         config = EvalConfig.from_options(options)
-        evaluation = run_evaluation(config, scored, address=context.address)
+        evaluation = run_evaluation(config, scored, ray_encoder(context.address))
         evaluation.print()
         evaluation.write_json(output)
         run_id = evaluation.log(

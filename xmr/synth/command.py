@@ -1,9 +1,10 @@
 """The ``xmr synth`` command, also ``python -m xmr.synth`` (what ``ray job submit`` runs).
 
-Its flags are the fields of :class:`~xmr.synth.config.SynthConfig` and
-:class:`~xmr.synth.config.SynthRuntime`, all unset by default so that a ``--config`` YAML
-can set them; a flag given wins over the file. Importing this module loads neither Ray nor the
-build (they are imported when the command runs).
+Its flags are the fields of the configs (:data:`~xmr.synth.config.SynthFlags`: the shared
+:class:`~xmr.synth.config.SynthConfig` and each method's, in flag order), of
+:class:`~xmr.synth.config.SynthRuntime` and of the LLM, all unset by default so that a
+``--config`` YAML can set them; a flag given wins over the file. Importing this module loads
+neither Ray nor the build (they are imported when the command runs).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from xmr.fields import check_outputs, option, resolve_paths
 from xmr.llm import LLMSpec
 from xmr.options import Overrides, command, user_errors
 from xmr.progress import summary_line
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthFlags, SynthRuntime
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,18 @@ def run_synth(
     from xmr.tracking import experiment_name, resolve_tracking_uri, run_link
 
     with user_errors():
-        synth_config, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
+        options, runtime = load_configs(file.config, {**config_flags, **runtime_flags})
         llm = load_llm_spec(file.config, llm_flags)
         # The flags' groups are dicts, so command() checked no instance of them.
         check_outputs(runtime, tracking=runtime.log_mlflow)
         check_outputs(llm)
-        result = synthesize(synth_config, runtime, llm, executor=ray_executor(runtime))
-    save_sample_grid(result.out, result.out / SAMPLES, seed=synth_config.seed)
+        result = synthesize(options, runtime, llm, executor=ray_executor(runtime))
+    save_sample_grid(result.out, result.out / SAMPLES, seed=options.shared.seed)
     print_summary(result)
     where = str(result.out)
     if runtime.log_mlflow:
-        run_id = log_to_mlflow(result, synth_config, runtime, llm)
-        experiment = experiment_name("synth", synth_config.dataset)
+        run_id = log_to_mlflow(result, options, runtime, llm)
+        experiment = experiment_name("synth", options.shared.dataset)
         run = run_link(run_id, tracking_uri=resolve_tracking_uri(runtime.tracking_uri))
         where += f" ({run} in experiment {experiment})"
     manifest = result.manifest
@@ -81,6 +82,6 @@ def run_synth(
 
 
 synth_command = command(
-    run_synth, SynthFile, Overrides(SynthConfig), Overrides(SynthRuntime), Overrides(LLMSpec)
+    run_synth, SynthFile, Overrides(SynthFlags), Overrides(SynthRuntime), Overrides(LLMSpec)
 )
 """``xmr synth``: register with ``app.command("synth")(synth_command)``."""

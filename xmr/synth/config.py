@@ -1,23 +1,25 @@
-"""What defines one D′ build: :class:`SynthConfig` (hashed, output-defining) and
+"""What defines one D′ build: :class:`SynthConfig` (what both methods use),
+:class:`~xmr.synth.removal.config.RemovalConfig` and :class:`~xmr.synth.biaug.config.BiAugConfig`
+(what only one method uses), together :class:`SynthOptions` (hashed, output-defining), and
 :class:`SynthRuntime` (where and how fast it runs; never changes the output).
 
-A YAML file (``--config``) holds the fields of either class by name; command-line flags override
-it. The config hash keys the output folder: a rerun with the same hash resumes, another hash is
-refused. Each field declares its flag's help and bounds (:func:`xmr.fields.option`): the
-``xmr synth`` command is built from these two classes (:mod:`xmr.synth.command`).
+A YAML file (``--config``) holds the fields of any of these classes by name; command-line flags
+override it. The config hash keys the output folder: a rerun with the same hash resumes, another
+hash is refused. Each field declares its flag's help and bounds (:func:`xmr.fields.option`): the
+``xmr synth`` command is built from these classes (:mod:`xmr.synth.command`), the configs' flags
+in :data:`OPTION_ORDER`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields, replace
+import typing
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from xmr import __version__
-from xmr.biaug import ProposalFilter
-from xmr.biaug.validation import normalise_name
 from xmr.data.registry import DATASETS, check_data_root
 from xmr.detection import DEFAULT_DETECTOR, DETECTOR_BACKENDS, check_detector
 from xmr.fields import (
@@ -34,21 +36,11 @@ from xmr.pretrained import local_model_dir
 from xmr.removal.fill import FILL_METHODS
 from xmr.removal.sd_inpaint import DEFAULT_SD_MODEL
 from xmr.storage import STORAGE_ENV, StoragePath, default_output
-from xmr.synth.removal.captions import CAPTION_METHODS, DEFAULT_CAPTIONER
+from xmr.synth.biaug.config import BIAUG_FILLS, BiAugConfig
+from xmr.synth.removal.config import RemovalConfig
 
 MODES = ("removal", "biaug")
 BOX_SOURCES = ("gt", "groundingdino")
-BIAUG_FILLS = ("sd", "render")
-"""``--mode biaug`` fills: Stable Diffusion inpainting with the attributive phrase, or (ToyWorld
-only) the world's own renderer re-drawing the object in the named colour."""
-BIAUG_ATTRIBUTES = ("color", "shape", "material", "other")
-REMOVAL_ONLY = ("alpha1", "alpha2", "alpha3", "caption", "captioner_model")
-"""Fields that ``--mode biaug`` ignores (left out of its config hash)."""
-BIAUG_ONLY = (
-    "mode", "max_objects", "attributes", "min_box_share", "max_box_share", "max_overlap",
-    "filter_confidence", "min_confidence", "llm_max_tokens", "object_vocabulary",
-)  # fmt: skip
-"""Fields that the removal mode ignores (left out of its config hash, which they predate)."""
 DEFAULT_OUT = Path("xmr-synth")
 """Where builds go by default: ``<dataset>-<split>`` inside, under ``$XMR_STORAGE`` when set,
 else in the working directory."""
@@ -56,7 +48,8 @@ else in the working directory."""
 
 @dataclass(frozen=True)
 class SynthConfig:
-    """Everything that decides which rows D′ has and what is in them.
+    """What decides D′ whichever the method: the mode, the source rows, the seed, the shards,
+    the fill (inpainting) and the boxes.
 
     ``mode``: ``removal`` (odmap paper: remove co-occurring objects and rewrite the caption) or
     ``biaug`` (BiAug paper: an LLM proposes objects, the detector verifies them, the LLM writes
@@ -72,11 +65,6 @@ class SynthConfig:
     )
     split: str = option("train", "Split to synthesize from.")
     limit: int | None = option(None, "Only the first N images (by image id).", ge=1)
-    alpha1: float = option(0.4, "Max share of a kept class hidden.", gt=0, le=1)
-    alpha2: float = option(
-        0.8, "Share hidden under a removed class that removes it too.", gt=0, le=1
-    )
-    alpha3: float = option(0.7, "Max removed share of the image.", gt=0, le=1)
     captions_per_image: int | None = option(
         1, "Captions paired with each removal: N or 'all'.", ge=1, cli_type=str
     )
@@ -90,8 +78,6 @@ class SynthConfig:
     sd_steps: int = option(25, "Diffusion steps.", ge=1)
     sd_guidance: float = option(7.5, "Guidance scale.")
     sd_resolution: int = option(512, "SD working size in px (a multiple of 8).", ge=8)
-    caption: str = option("np-removal", " | ".join(CAPTION_METHODS))
-    captioner_model: str = option(DEFAULT_CAPTIONER, "Image-captioning repo id or local folder.")
     boxes: str | None = option(
         None,
         "gt (annotations) | groundingdino (detections); default gt for removal, groundingdino "
@@ -102,33 +88,6 @@ class SynthConfig:
     text_threshold: float = option(0.25, "Phrase score threshold.", gt=0, lt=1)
     rows_per_shard: int = option(256, "Rows per Parquet shard.", ge=1)
     detector: str = option("hf", f"Detector implementation: {' | '.join(DETECTOR_BACKENDS)}.")
-    max_objects: int = option(5, "biaug: objects the LLM proposes per caption.", ge=1, le=20)
-    attributes: str | None = option(
-        None,
-        f"biaug: attribute categories, comma-separated (default {','.join(BIAUG_ATTRIBUTES)}; "
-        "color with --fill render).",
-    )
-    min_box_share: float = option(
-        0.05, "biaug: drop boxes smaller than this share of the image.", gt=0, lt=1
-    )
-    max_box_share: float = option(
-        0.8, "biaug: drop boxes larger than this share of the image.", gt=0, le=1
-    )
-    max_overlap: float = option(
-        0.7, "biaug: drop an object whose box covers more of a kept one's box.", gt=0, le=1
-    )
-    filter_confidence: bool = option(
-        False, "biaug: keep only detections scoring above --min-confidence (the paper's filter)."
-    )
-    min_confidence: float = option(
-        0.9, "biaug: the score --filter-confidence asks for.", gt=0, lt=1
-    )
-    llm_max_tokens: int = option(1024, "biaug: the longest LLM answer, in tokens.", ge=16)
-    object_vocabulary: Path | None = option(
-        None,
-        "biaug: a text file of object names, one per line: proposals naming another object are "
-        "dropped (validation:object_vocabulary).",
-    )
 
     def __post_init__(self) -> None:
         if self.fill is None:
@@ -140,7 +99,6 @@ class SynthConfig:
             "mode": (self.mode, MODES),
             "dataset": (self.dataset, tuple(DATASETS)),
             "fill": (self.fill, fills),
-            "caption": (self.caption, CAPTION_METHODS),
             "boxes": (self.boxes, BOX_SOURCES),
             "detector": (self.detector, DETECTOR_BACKENDS),
         }
@@ -149,11 +107,10 @@ class SynthConfig:
                 mode = f" with --mode {self.mode}" if name == "fill" else ""
                 raise ValueError(f"--{name} {value!r} is not one of {', '.join(allowed)}{mode}")
         check_options(self)
-        for name in ("sd_model", "captioner_model"):
-            try:
-                local_model_dir(getattr(self, name))
-            except FileNotFoundError as exc:
-                raise FileNotFoundError(f"--{name.replace('_', '-')}: {exc}") from exc
+        try:
+            local_model_dir(self.sd_model)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"--sd-model: {exc}") from exc
         try:
             check_detector(self.detector, self.detector_model)
         except (FileNotFoundError, ValueError, ModuleNotFoundError) as exc:
@@ -162,91 +119,113 @@ class SynthConfig:
         check_data_root(self.dataset, self.data)
         if self.sd_resolution % 8:
             raise ValueError(f"--sd-resolution must be a multiple of 8, got {self.sd_resolution}")
-        if self.mode == "biaug":
-            self._check_biaug()
-
-    def _check_biaug(self) -> None:
-        categories = self.attribute_categories()
-        unknown = sorted(set(categories) - set(BIAUG_ATTRIBUTES))
-        if unknown or not categories or len(set(categories)) != len(categories):
-            raise ValueError(
-                f"--attributes {self.attributes!r}: give distinct categories of "
-                f"{', '.join(BIAUG_ATTRIBUTES)}"
-            )
-        if self.fill == "render":
-            if self.dataset != "toyworld":
-                raise ValueError(
-                    "--fill render re-draws ToyWorld objects: it needs --dataset toyworld"
-                )
-            if categories != ("color",):
-                raise ValueError("--fill render draws colours only: use --attributes color")
-        if self.min_box_share >= self.max_box_share:
-            raise ValueError(
-                f"--min-box-share {self.min_box_share} must be below --max-box-share "
-                f"{self.max_box_share}"
-            )
-        self.proposal_filter()
-
-    def proposal_filter(self) -> ProposalFilter:
-        """The §4.1 filters these options set (``--filter-confidence``: the paper's optional
-        confidence filter)."""
-        return ProposalFilter(
-            min_area_share=self.min_box_share,
-            max_area_share=self.max_box_share,
-            max_overlap=self.max_overlap,
-            min_confidence=self.min_confidence if self.filter_confidence else None,
-        )
-
-    def attribute_categories(self) -> tuple[str, ...]:
-        """``--attributes`` as a tuple; by default all four, or color with ``--fill render``."""
-        if self.attributes is None:
-            return ("color",) if self.fill == "render" else BIAUG_ATTRIBUTES
-        return tuple(part.strip() for part in self.attributes.split(",") if part.strip())
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (paths as strings)."""
+        """JSON-ready fields (the data folder as a string)."""
         data = asdict(self)
         data["data"] = None if self.data is None else str(self.data)
-        vocabulary = self.object_vocabulary
-        data["object_vocabulary"] = None if vocabulary is None else str(vocabulary)
         return data
 
-    def object_names(self) -> frozenset[str] | None:
-        """``--object-vocabulary``'s names, normalised (:func:`~xmr.biaug.validation.
-        normalise_name`); None without one. Read in the driver, where the path is.
-
-        Raises:
-            ValueError: the file cannot be read or names no object (the message names the
-                flag and the file).
-        """
-        if self.object_vocabulary is None:
-            return None
-        try:
-            lines = self.object_vocabulary.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--object-vocabulary {self.object_vocabulary}: {exc}") from None
-        names = frozenset(filter(None, (normalise_name(line) for line in lines)))
-        if not names:
-            raise ValueError(f"--object-vocabulary {self.object_vocabulary} names no object")
-        return names
-
-    def fingerprint(self) -> str:
-        """Hash of everything that decides the output: the fields but the data folder's
-        location (the data's content is hashed separately), and the package version."""
+    def hashed(self) -> dict[str, Any]:
+        """The fields as the config hash takes them: not the data folder's location (the
+        data's content is hashed separately), nor what a mode's older hashes predate."""
         data = self.to_dict()
         data.pop("data")
-        if self.object_vocabulary is None:
-            data.pop("object_vocabulary")  # the hashes predate it
-        else:  # the names, not where the file is
-            data["object_vocabulary"] = sorted(self.object_names() or ())
-        for name in REMOVAL_ONLY if self.mode == "biaug" else BIAUG_ONLY:
-            data.pop(name, None)
-        if self.mode == "removal" and self.detector == "hf":
-            data.pop("detector")  # the removal mode's hashes predate --detector
+        if self.mode == "removal":
+            data.pop("mode")  # the removal mode's hashes predate --mode
+            if self.detector == "hf":
+                data.pop("detector")  # ... and --detector
         if self.mode == "biaug" and self.boxes == "groundingdino":
             data.pop("boxes")  # the biaug mode's hashes predate --boxes gt there
-        data["xmr_version"] = __version__
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        return data
+
+
+def fingerprint(config: SynthConfig, own: RemovalConfig | BiAugConfig) -> str:
+    """Hash of everything that decides the output of a build with ``config`` and its method's
+    own config ``own``: their fields as hashed (``hashed()``), and the package version."""
+    data = {**config.hashed(), **own.hashed()}
+    data["xmr_version"] = __version__
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+OPTION_ORDER = (
+    "mode", "dataset", "data", "split", "limit", "alpha1", "alpha2", "alpha3",
+    "captions_per_image", "seed", "fill", "sd_model", "sd_steps", "sd_guidance", "sd_resolution",
+    "caption", "captioner_model", "boxes", "detector_model", "box_threshold", "text_threshold",
+    "rows_per_shard", "detector", "max_objects", "attributes", "min_box_share", "max_box_share",
+    "max_overlap", "filter_confidence", "min_confidence", "llm_max_tokens", "object_vocabulary",
+)  # fmt: skip
+"""The fields of :data:`CONFIGS` in the order ``xmr synth`` lists their flags (and
+:meth:`SynthOptions.to_dict` its keys)."""
+CONFIGS = (SynthConfig, RemovalConfig, BiAugConfig)
+"""The configs of a build: the shared one, then each method's."""
+
+
+@dataclass(frozen=True)
+class SynthOptions:
+    """A build's configs: the shared one and each method's. The method of ``shared.mode``
+    builds from ``shared`` and its own; the other method's options are checked and recorded
+    (the manifest's ``config``, MLflow's params), not hashed."""
+
+    shared: SynthConfig = field(default_factory=SynthConfig)
+    removal: RemovalConfig = field(default_factory=RemovalConfig)
+    biaug: BiAugConfig = field(default_factory=BiAugConfig)
+
+    def __post_init__(self) -> None:
+        if self.shared.mode == "biaug":
+            self.biaug.check(self.shared.fill or "", self.shared.dataset)
+
+    @classmethod
+    def of(cls, **values: Any) -> SynthOptions:
+        """The configs of these fields by name (any of :data:`OPTION_ORDER`; the rest default).
+
+        Raises:
+            ValueError: a name no config has, or a value out of bounds or contradicting another.
+        """
+        unknown = set(values) - set(OPTION_ORDER)
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}")
+        shared, removal, biaug = (
+            config(**{f.name: values[f.name] for f in fields(config) if f.name in values})
+            for config in CONFIGS
+        )
+        return cls(shared, removal, biaug)
+
+    @property
+    def mode(self) -> str:
+        """The build's method (``shared.mode``)."""
+        return self.shared.mode
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every config's JSON-ready fields, flat, in :data:`OPTION_ORDER`."""
+        data = {**self.shared.to_dict(), **self.removal.to_dict(), **self.biaug.to_dict()}
+        return {name: data[name] for name in OPTION_ORDER}
+
+    def fingerprint(self) -> str:
+        """The config hash of the method of ``mode`` (:func:`fingerprint`)."""
+        own = self.biaug if self.mode == "biaug" else self.removal
+        return fingerprint(self.shared, own)
+
+
+def _in_option_order() -> type:
+    declared = {}
+    for config in CONFIGS:
+        hints = typing.get_type_hints(config)
+        for item in fields(config):
+            spec = field(default=item.default, metadata=item.metadata)
+            declared[item.name] = (item.name, hints[item.name], spec)
+    return make_dataclass(
+        "SynthFlags",
+        [declared[name] for name in OPTION_ORDER],
+        frozen=True,
+        namespace={"__module__": __name__},
+    )
+
+
+SynthFlags: type = _in_option_order()
+"""The fields of :data:`CONFIGS` in one dataclass, in :data:`OPTION_ORDER` (the same
+declarations: names, defaults, help and bounds; no checks): what ``xmr synth`` makes its
+configs' flags from."""
 
 
 @dataclass(frozen=True)
@@ -309,8 +288,9 @@ def parse_captions_per_image(value: str | int | None) -> int | None:
         ) from exc
 
 
-def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthConfig, SynthRuntime]:
-    """Build both configs from an optional YAML file and explicit overrides (None = not given).
+def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthOptions, SynthRuntime]:
+    """Build the configs and the runtime from an optional YAML file and explicit overrides
+    (None = not given).
 
     Raises:
         ValueError: bad YAML or an unknown key in the file, or an invalid value (the message
@@ -326,7 +306,7 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
             raise ValueError(f"{path}: expected a mapping of option names to values")
         values.update({str(k).replace("-", "_"): v for k, v in loaded.items()})
     values.update({k: v for k, v in overrides.items() if v is not None})
-    config_names = {f.name for f in fields(SynthConfig)}
+    config_names = set(OPTION_ORDER)
     runtime_names = {f.name for f in fields(SynthRuntime)}
     llm_names = set(parameter_names(LLMSpec).values())  # read by load_llm_spec
     unknown = set(values) - config_names - runtime_names - llm_names
@@ -334,15 +314,16 @@ def load_configs(path: Path | None, overrides: dict[str, Any]) -> tuple[SynthCon
         where = f"{path}: " if path else ""
         raise ValueError(f"{where}unknown option(s) {', '.join(sorted(unknown))}")
     values = {k: _coerce(k, v) for k, v in values.items()}
-    config = SynthConfig(**{k: v for k, v in values.items() if k in config_names})
+    options = SynthOptions.of(**{k: v for k, v in values.items() if k in config_names})
     runtime = SynthRuntime(**{k: v for k, v in values.items() if k in runtime_names})
     if runtime.out is None:
+        shared = options.shared
         runtime = replace(
-            runtime, out=default_output(DEFAULT_OUT / f"{config.dataset}-{config.split}")
+            runtime, out=default_output(DEFAULT_OUT / f"{shared.dataset}-{shared.split}")
         )
     if runtime.run_name is None:
         runtime = replace(runtime, run_name=runtime.out.name)
-    return config, runtime
+    return options, runtime
 
 
 def load_llm_spec(path: Path | None, overrides: dict[str, Any]) -> LLMSpec:

@@ -12,41 +12,42 @@ from pathlib import Path
 from xmr.llm import LLMSpec
 from xmr.pipeline import Executor
 from xmr.storage import StoragePath
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthOptions, SynthRuntime
 from xmr.synth.runner import SynthMethod, SynthResult, build, ray_executor
 
 
 def synth_method(
-    config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec | None = None
+    options: SynthOptions, runtime: SynthRuntime, llm: LLMSpec | None = None
 ) -> SynthMethod:
-    """The method of ``config.mode``, for a build with ``runtime`` (``llm``: BiAug's LLM).
+    """The method of ``options.mode``, for a build with ``runtime`` (``llm``: BiAug's LLM):
+    it builds from the shared config and its own.
 
     Raises:
         ValueError: ``--mode biaug`` without an LLM.
     """
-    if config.mode == "biaug":
+    if options.mode == "biaug":
         from xmr.synth.biaug.method import BiAugMethod
 
         if llm is None:
             raise ValueError("--mode biaug needs an LLM (--llm)")
-        return BiAugMethod(config, runtime, llm)
+        return BiAugMethod(options, runtime, llm)
     from xmr.synth.removal.method import RemovalMethod
 
-    return RemovalMethod(config, runtime)
+    return RemovalMethod(options, runtime)
 
 
 def synthesize(
-    config: SynthConfig,
+    options: SynthOptions,
     runtime: SynthRuntime,
     llm: LLMSpec | None = None,
     *,
     executor: Callable[[], Executor],
 ) -> SynthResult:
-    """Build (or finish building) D′ with the method of ``config.mode`` into ``runtime.out``
+    """Build (or finish building) D′ with the method of ``options.mode`` into ``runtime.out``
     (:func:`~xmr.synth.runner.build`). ``executor``: makes the executor when there is work
     (Ray Data: :func:`~xmr.synth.runner.ray_executor`; in this process:
     :class:`~xmr.pipeline.LocalExecutor`)."""
-    return build(synth_method(config, runtime, llm), runtime, executor)
+    return build(synth_method(options, runtime, llm), runtime, executor)
 
 
 def synthesize_defaults(
@@ -64,9 +65,9 @@ def synthesize_defaults(
     """
     from xmr.synth.config import load_configs
 
-    config, runtime = load_configs(
+    options, runtime = load_configs(
         None,
         {"data": world, "out": out, "seed": seed, "progress": progress, "address": address,
          "log_mlflow": False},
     )  # fmt: skip
-    return synthesize(config, runtime, executor=ray_executor(runtime))
+    return synthesize(options, runtime, executor=ray_executor(runtime))

@@ -17,7 +17,7 @@ from xmr.data.synthetic import MANIFEST, read_parquet, synthetic_mode, synthetic
 from xmr.llm import LLMSpec
 from xmr.removal.planning import box_mask
 from xmr.storage import StoragePath
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthOptions, SynthRuntime
 from xmr.synth.output import PLAN
 from xmr.synth.retry import PlanRetry, saved_retries
 from xmr.synth.runner import SynthResult
@@ -180,7 +180,7 @@ def save_sample_grid(
 
 def log_to_mlflow(
     result: SynthResult,
-    config: SynthConfig,
+    options: SynthOptions,
     runtime: SynthRuntime,
     llm: LLMSpec | None = None,
     *,
@@ -193,16 +193,16 @@ def log_to_mlflow(
     No API key is logged: the LLM is named by backend and model only."""
     m = result.manifest
     with start_run(
-        experiment or experiment_name("synth", config.dataset),
+        experiment or experiment_name("synth", options.shared.dataset),
         run_name=runtime.run_name,
         tracking_uri=runtime.tracking_uri,
         tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"],
-              "xmr.synth_mode": config.mode},
+              "xmr.synth_mode": options.mode},
         parent_run_id=parent_run_id,
     ) as run:  # fmt: skip
-        params = {f"synth.{k}": v for k, v in config.to_dict().items()}
+        params = {f"synth.{k}": v for k, v in options.to_dict().items()}
         params["synth.out"] = str(result.out)
-        if config.mode == "biaug" and llm is not None:
+        if options.mode == "biaug" and llm is not None:
             params.update({"synth.llm": llm.backend, "synth.llm_model": llm.model})
         run.log_params({k: "none" if v is None else v for k, v in params.items()})
         metrics = {"planned": m["planned"], "written": m["written"], "errors": m["errors"]}

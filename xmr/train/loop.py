@@ -39,6 +39,7 @@ from xmr.data import read_dataset
 from xmr.data.fashiongen import read_product_ids
 from xmr.eval.benchmark import run_benchmark
 from xmr.eval.config import EvalConfig
+from xmr.eval.encode import local_encoder
 from xmr.eval.product_retrieval import product_retrieval
 from xmr.eval.score import evaluate
 from xmr.logs import quiet_console
@@ -109,7 +110,7 @@ def run_eval(
         ks=config.ks,
         seed=config.seed,
     )
-    result = evaluate(eval_config, model=model)
+    result = evaluate(eval_config, local_encoder(model), model=model)
     return {**result.metrics, **result.interval_metrics()}, result.per_query
 
 
@@ -123,7 +124,7 @@ def run_binding(
     eval_config = EvalConfig(
         model=config.model, dataset=config.dataset, data=data_root, seed=config.seed
     )
-    result = run_benchmark(eval_config, "toyworld-binding", model=model)
+    result = run_benchmark(eval_config, "toyworld-binding", encoder=local_encoder(model))
     prefix = f"{config.test_split}/"
     metrics = {**result.metrics, **result.interval_metrics()}
     per_item = {

@@ -144,11 +144,11 @@ def _trainable(space: SearchSpace, context: SweepContext, address: str | None) -
         trainable = partial(train_trial, context=context)
         return tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
     from xmr.eval.config import eval_config
-    from xmr.eval.encode import encode
+    from xmr.eval.encode import encode, ray_encoder
 
     config = eval_config(**space.example_trial()).encoding()
     print(f"encoding {config.dataset}/{config.split} once for every trial")
-    encoded = encode(config, address=address, mi_features=True)
+    encoded = encode(config, ray_encoder(address), mi_features=True)
     trainable = tune.with_parameters(eval_trial, context=context, encoded=encoded)
     return tune.with_resources(trainable, {"CPU": space.cpus, "GPU": space.gpus})
 

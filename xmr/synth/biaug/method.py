@@ -53,6 +53,7 @@ from xmr.pipeline import Executor, Resources, Stage
 from xmr.pipeline.stage import Batch, batch_rows
 from xmr.storage import STORAGE_ENV, StoragePath, cache_dir, default_output, is_uri
 from xmr.synth.batch import ERROR_COLUMNS, row_seed
+from xmr.synth.biaug.config import BiAugConfig
 from xmr.synth.biaug.stages import (
     GROUP_COLUMNS,
     DecoupleAttributes,
@@ -62,7 +63,7 @@ from xmr.synth.biaug.stages import (
     decouple_request,
     propose_request,
 )
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthConfig, SynthOptions, SynthRuntime, fingerprint
 from xmr.synth.output import (
     LLM_CACHE,
     PLAN,
@@ -96,9 +97,10 @@ REASON_SCHEMA = pa.schema(
 """What a step left out without failing its source example, and why."""
 
 
-def biaug_fingerprint(config: SynthConfig, llm: LLMSpec) -> str:
-    """The config hash of a BiAug build: the config's, and which LLM answered."""
-    data = {"config": config.fingerprint(), "llm": llm.backend, "llm_model": llm.model}
+def biaug_fingerprint(config: SynthConfig, biaug: BiAugConfig, llm: LLMSpec) -> str:
+    """The config hash of a BiAug build: the configs' (:func:`~xmr.synth.config.fingerprint`),
+    and which LLM answered."""
+    data = {"config": fingerprint(config, biaug), "llm": llm.backend, "llm_model": llm.model}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -195,6 +197,7 @@ def plan_pass(
     executor: Executor,
     examples: list[dict],
     config: SynthConfig,
+    biaug: BiAugConfig,
     runtime: SynthRuntime,
     llm: LLMSpec,
 ) -> tuple[list[dict], list[dict], list[dict], dict[str, int], dict[str, float], dict[str, dict]]:
@@ -207,9 +210,9 @@ def plan_pass(
         return [], [], [], {}, {}, {}
     busy: Counter = Counter()
     if llm.backend == "vllm":
-        batches = _engine_plan(executor, examples, config, runtime, llm, busy)
+        batches = _engine_plan(executor, examples, config, biaug, runtime, llm, busy)
     else:
-        batches = _streamed_plan(executor, examples, config, runtime, llm)
+        batches = _streamed_plan(executor, examples, config, biaug, runtime, llm)
     groups, errors, reasons = [], [], []
     stats: Counter = Counter()
     failed_stats: dict[str, dict] = {}
@@ -242,6 +245,7 @@ def _streamed_plan(
     executor: Executor,
     examples: list[dict],
     config: SynthConfig,
+    biaug: BiAugConfig,
     runtime: SynthRuntime,
     llm: LLMSpec,
 ) -> Iterator[Batch]:
@@ -253,25 +257,28 @@ def _streamed_plan(
     llm_res = place.resources(True) if llm_gpu else Resources(cpus=0.25)
     llm_actors = place.actors(runtime.llm_actors, llm_gpu, 1)
     llm_batch = max(runtime.batch_size, llm.max_in_flight)
-    vocabulary = config.object_names()
+    vocabulary = biaug.object_names()
     propose = ProposeObjects(
-        config, llm, llm_res, llm_batch, stage_device(llm_res), vocabulary=vocabulary
+        config, biaug, llm, llm_res, llm_batch, stage_device(llm_res), vocabulary=vocabulary
     )
+    decouple = DecoupleAttributes(config, biaug, llm, llm_res, llm_batch, stage_device(llm_res))
     stages: list[tuple[Stage, int]] = [
         (propose, llm_actors),
-        _verify_stage(place, config, runtime),
-        (DecoupleAttributes(config, llm, llm_res, llm_batch, stage_device(llm_res)), llm_actors),
+        _verify_stage(place, config, biaug, runtime),
+        (decouple, llm_actors),
     ]
     blocks = math.ceil(len(examples) / runtime.batch_size)
     return executor.stream(examples, stages, blocks=blocks)
 
 
-def _verify_stage(place: Placement, config: SynthConfig, runtime: SynthRuntime) -> tuple:
+def _verify_stage(
+    place: Placement, config: SynthConfig, biaug: BiAugConfig, runtime: SynthRuntime
+) -> tuple:
     """VerifyObjects and its actor count: on GPUs with the detector, one core with ``--boxes
     gt``."""
     detect = config.boxes == "groundingdino"
     resources = place.resources(detect)
-    stage = VerifyObjects(config, resources, runtime.batch_size, stage_device(resources))
+    stage = VerifyObjects(config, biaug, resources, runtime.batch_size, stage_device(resources))
     return stage, place.actors(runtime.detect_actors, detect, 1)
 
 
@@ -279,6 +286,7 @@ def _engine_plan(
     executor: Executor,
     examples: list[dict],
     config: SynthConfig,
+    biaug: BiAugConfig,
     runtime: SynthRuntime,
     llm: LLMSpec,
     busy: Counter,
@@ -291,25 +299,25 @@ def _engine_plan(
     place = Placement.on(executor, detect, runtime.gpus_per_actor)
     blocks = math.ceil(len(examples) / runtime.batch_size)
     light = Resources(cpus=0.25)
-    questions = [propose_request(config, str(row["caption"])) for row in examples]
+    questions = [propose_request(config, biaug, str(row["caption"])) for row in examples]
     failures = _engine_pass(executor, questions, llm, runtime, busy)
     propose = ProposeObjects(
-        config, llm, light, runtime.batch_size, "cpu", failures, config.object_names()
+        config, biaug, llm, light, runtime.batch_size, "cpu", failures, biaug.object_names()
     )
     proposed = [
         row
         for batch in executor.stream(
-            examples, [(propose, 1), _verify_stage(place, config, runtime)], blocks=blocks
+            examples, [(propose, 1), _verify_stage(place, config, biaug, runtime)], blocks=blocks
         )
         for row in batch_rows(batch)
     ]
     questions = [
-        decouple_request(config, str(row["caption"]), str(row["verified"]))
+        decouple_request(config, biaug, str(row["caption"]), str(row["verified"]))
         for row in proposed
         if not row["error"]
     ]
     failures = _engine_pass(executor, questions, llm, runtime, busy)
-    decouple = DecoupleAttributes(config, llm, light, runtime.batch_size, "cpu", failures)
+    decouple = DecoupleAttributes(config, biaug, llm, light, runtime.batch_size, "cpu", failures)
     yield from executor.stream(proposed, [(decouple, 1)], blocks=blocks)
 
 
@@ -428,15 +436,17 @@ class BiAugMethod:
     unit = "source examples"
     reason_schema = REASON_SCHEMA
 
-    def __init__(self, config: SynthConfig, runtime: SynthRuntime, llm: LLMSpec) -> None:
-        self.config = config
+    def __init__(self, options: SynthOptions, runtime: SynthRuntime, llm: LLMSpec) -> None:
+        self.options = options  # recorded whole in the manifest
+        self.config = options.shared
+        self.biaug = options.biaug
         self.runtime = runtime
         self.llm = llm
         self.root = Path()
         self.examples: list[dict] = []
 
     def fingerprint(self) -> str:
-        return biaug_fingerprint(self.config, self.llm)
+        return biaug_fingerprint(self.config, self.biaug, self.llm)
 
     def check(self, root: Path) -> None:
         """The LLM's cache, ``--llm oracle``'s world, ``--object-vocabulary``'s file."""
@@ -444,7 +454,7 @@ class BiAugMethod:
             self.llm = replace(self.llm, cache_dir=default_llm_cache(self.runtime.out))
         self.root = root
         check_oracle(self.config, self.llm, root)
-        self.config.object_names()  # an unreadable --object-vocabulary: one line, before Ray
+        self.biaug.object_names()  # an unreadable --object-vocabulary: one line, before Ray
 
     def take_inputs(self, records: list[ImageRecord]) -> set[str]:
         self.examples = source_examples(records, self.config)
@@ -476,7 +486,7 @@ class BiAugMethod:
             asked = set(keys)
             examples = [row for row in examples if row["key"] in asked]
         groups, errors, reasons, stats, busy, failed = plan_pass(
-            executor, examples, self.config, self.runtime, self.llm
+            executor, examples, self.config, self.biaug, self.runtime, self.llm
         )
         segments = [[g["key"] for g in groups]]
         return BiAugPlan(groups, errors, reasons, Counter(stats), segments, failed), busy
@@ -535,7 +545,7 @@ class BiAugMethod:
         write_table_atomic(_reason_table(plan.reasons), facts.out / REASONS)
         return {
             "mode": "biaug",
-            "config": self.config.to_dict(),
+            "config": self.options.to_dict(),
             "llm": _llm_fields(self.llm),
             # The paper's table 1 (detected: confirmed by the detector and the default filters;
             # kept: also past --filter-confidence when it is on).
@@ -543,7 +553,7 @@ class BiAugMethod:
                 **dict(plan.stats),
                 "augmented_examples": facts.written,
                 "hard_negative_pairs": _written_pairs(facts.out, facts.shards),
-                "filter_confidence": self.config.filter_confidence,
+                "filter_confidence": self.biaug.filter_confidence,
             },
             "counts": {"reasons": len(plan.reasons), "groups_planned": len(plan.groups)},
         }

@@ -52,6 +52,7 @@ from xmr.synth.batch import (
     seconds_per_row,
     with_error_columns,
 )
+from xmr.synth.biaug.config import BiAugConfig
 from xmr.synth.config import SynthConfig
 
 GROUP_COLUMNS = (
@@ -62,32 +63,42 @@ GROUP_COLUMNS = (
 
 
 def llm_request(
-    config: SynthConfig, messages: Sequence[tuple[str, str]], image: str | None = None
+    config: SynthConfig,
+    biaug: BiAugConfig,
+    messages: Sequence[tuple[str, str]],
+    image: str | None = None,
 ) -> ChatRequest:
     """The request a BiAug LLM stage sends: greedy, ``llm_max_tokens`` long, seeded; ``image``
     (the row's image path) only for a backend that reads images."""
     return ChatRequest(
         tuple(messages),
-        max_tokens=config.llm_max_tokens,
+        max_tokens=biaug.llm_max_tokens,
         temperature=0.0,
         seed=config.seed,
         image=image,
     )
 
 
-def propose_request(config: SynthConfig, caption: str, image: str | None = None) -> ChatRequest:
+def propose_request(
+    config: SynthConfig, biaug: BiAugConfig, caption: str, image: str | None = None
+) -> ChatRequest:
     """What :class:`ProposeObjects` asks about ``caption`` (of the image at ``image``)."""
-    return llm_request(config, object_proposal_messages(caption, config.max_objects), image)
+    messages = object_proposal_messages(caption, biaug.max_objects)
+    return llm_request(config, biaug, messages, image)
 
 
 def decouple_request(
-    config: SynthConfig, caption: str, verified: str, image: str | None = None
+    config: SynthConfig,
+    biaug: BiAugConfig,
+    caption: str,
+    verified: str,
+    image: str | None = None,
 ) -> ChatRequest:
     """What :class:`DecoupleAttributes` asks about ``caption`` and its ``verified`` objects
     (the JSON column :class:`VerifyObjects` writes) of the image at ``image``."""
     names = [v["name"] for v in json.loads(verified)]
-    messages = attribute_messages(caption, names, config.attribute_categories())
-    return llm_request(config, messages, image)
+    messages = attribute_messages(caption, names, biaug.attribute_categories(str(config.fill)))
+    return llm_request(config, biaug, messages, image)
 
 
 class _LLMStage(Stage):
@@ -101,6 +112,7 @@ class _LLMStage(Stage):
     def __init__(
         self,
         config: SynthConfig,
+        biaug: BiAugConfig,
         llm: LLMSpec,
         resources: Resources,
         batch_size: int,
@@ -109,6 +121,7 @@ class _LLMStage(Stage):
     ) -> None:
         super().__init__(resources, batch_size)
         self.config = config
+        self.biaug = biaug
         self.llm = llm
         self.device = device
         self.engine_failures = engine_failures
@@ -164,6 +177,7 @@ class ProposeObjects(_LLMStage):
     def __init__(
         self,
         config: SynthConfig,
+        biaug: BiAugConfig,
         llm: LLMSpec,
         resources: Resources,
         batch_size: int,
@@ -171,11 +185,12 @@ class ProposeObjects(_LLMStage):
         engine_failures: Mapping[str, str] | None = None,
         vocabulary: frozenset[str] | None = None,
     ) -> None:
-        super().__init__(config, llm, resources, batch_size, device, engine_failures)
+        super().__init__(config, biaug, llm, resources, batch_size, device, engine_failures)
         self.vocabulary = vocabulary
 
     def request(self, batch: Batch, i: int) -> ChatRequest:
-        return propose_request(self.config, str(batch["caption"][i]), self.image(batch, i))
+        caption = str(batch["caption"][i])
+        return propose_request(self.config, self.biaug, caption, self.image(batch, i))
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
@@ -186,7 +201,7 @@ class ProposeObjects(_LLMStage):
         out["propose_attempts"] = np.zeros(n, dtype=np.int64)
         for i, result in self._ask(batch, out).items():
             try:
-                objects = parse_object_list(result.text, self.config.max_objects)
+                objects = parse_object_list(result.text, self.biaug.max_objects)
             except AnswerError as exc:
                 fail_row(out, i, self.name, "AnswerError", f"object list: {exc}")
                 continue
@@ -259,13 +274,18 @@ class VerifyObjects(Stage):
     name = "verify"
 
     def __init__(
-        self, config: SynthConfig, resources: Resources, batch_size: int, device: str = "cpu"
+        self,
+        config: SynthConfig,
+        biaug: BiAugConfig,
+        resources: Resources,
+        batch_size: int,
+        device: str = "cpu",
     ) -> None:
         super().__init__(resources, batch_size)
         self.config = config
         self.device = device
         self.detector = None
-        self.rules = config.proposal_filter()
+        self.rules = biaug.proposal_filter()
 
     def setup(self) -> None:
         from xmr.detection import create_detector
@@ -333,7 +353,7 @@ class DecoupleAttributes(_LLMStage):
 
     def request(self, batch: Batch, i: int) -> ChatRequest:
         caption, verified = str(batch["caption"][i]), str(batch["verified"][i])
-        return decouple_request(self.config, caption, verified, self.image(batch, i))
+        return decouple_request(self.config, self.biaug, caption, verified, self.image(batch, i))
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
@@ -343,7 +363,7 @@ class DecoupleAttributes(_LLMStage):
         out["rejected"] = np.array(["[]"] * n, dtype=object)
         out["refused"] = np.array(["[]"] * n, dtype=object)
         out["decouple_attempts"] = np.zeros(n, dtype=np.int64)
-        categories = self.config.attribute_categories()
+        categories = self.biaug.attribute_categories(str(self.config.fill))
         for i, result in self._ask(batch, out).items():
             names = [v["name"] for v in json.loads(batch["verified"][i])]
             try:

@@ -27,7 +27,7 @@ from xmr.pipeline.stage import Batch
 from xmr.progress import PARTS
 from xmr.storage import StoragePath
 from xmr.synth.batch import ERROR_COLUMNS
-from xmr.synth.config import SynthConfig, SynthRuntime
+from xmr.synth.config import SynthConfig, SynthOptions, SynthRuntime, fingerprint
 from xmr.synth.output import error_record, error_table
 from xmr.synth.placement import Placement, stage_device
 from xmr.synth.removal.plan import pair_record, plan_table, read_plan, save_plan
@@ -83,14 +83,16 @@ class RemovalMethod:
     unit = "images"
     reason_schema = None
 
-    def __init__(self, config: SynthConfig, runtime: SynthRuntime) -> None:
-        self.config = config
+    def __init__(self, options: SynthOptions, runtime: SynthRuntime) -> None:
+        self.options = options  # recorded whole in the manifest
+        self.config = options.shared
+        self.removal = options.removal
         self.runtime = runtime
         self.records: dict[str, ImageRecord] = {}
         self.classes: list[str] = []
 
     def fingerprint(self) -> str:
-        return self.config.fingerprint()
+        return fingerprint(self.config, self.removal)
 
     def check(self, root: Path) -> None:
         """Nothing to refuse before the records are read."""
@@ -141,7 +143,7 @@ class RemovalMethod:
         # Planning is light per record: large tasks keep Ray's per-task cost small, and twice as
         # many as the progress lines of a log make each tenth of the pass show as it is done.
         plan_batch = max(runtime.batch_size, math.ceil(len(items) / (2 * PARTS)))
-        stages.append((PlanRows(config, Resources(1.0), plan_batch), plan_actors))
+        stages.append((PlanRows(config, self.removal, Resources(1.0), plan_batch), plan_actors))
         rows, errors, busy = [], [], Counter()
         lines = log_lines(len(items), "plan", "images", runtime)
         for batch in executor.stream(items, stages, blocks=blocks):
@@ -169,7 +171,7 @@ class RemovalMethod:
         if not todo:
             return None
         config, runtime = self.config, self.runtime
-        fill_gpu, caption_gpu = config.fill == "sd", config.caption == "captioner"
+        fill_gpu, caption_gpu = config.fill == "sd", self.removal.caption == "captioner"
         place = Placement.on(executor, int(fill_gpu) + int(caption_gpu), runtime.gpus_per_actor)
         fill_res, caption_res = place.resources(fill_gpu), place.resources(caption_gpu)
         blocks = math.ceil(len(todo) / runtime.batch_size)
@@ -184,7 +186,7 @@ class RemovalMethod:
         fill_batch = runtime.batch_size if not fill_res.gpus else min(runtime.batch_size, 8)
         fill = FillImages(config, fill_res, fill_batch, device=stage_device(fill_res))
         caption = WriteCaptions(
-            config, caption_res, runtime.batch_size, device=stage_device(caption_res)
+            config, self.removal, caption_res, runtime.batch_size, device=stage_device(caption_res)
         )
         blank = {name: "" for name in ERROR_COLUMNS}
         inputs = [{**r.to_dict(), **blank} for r in todo]
@@ -198,13 +200,13 @@ class RemovalMethod:
             if batch["error"][i]:
                 yield str(batch["key"][i]), None, error_record(batch, i)
             else:
-                row = pair_record(batch, i, self.config.fill, self.config.caption)
+                row = pair_record(batch, i, self.config.fill, self.removal.caption)
                 yield row["key"], row, None
 
     def finish(self, plan: RemovalPlan, facts: BuildFacts) -> dict[str, Any]:
         planned = len(plan.rows)
         return {
-            "config": self.config.to_dict(),
+            "config": self.options.to_dict(),
             "counts": {
                 "images": facts.images,
                 "rows_planned": planned,

@@ -32,6 +32,7 @@ from xmr.synth.batch import (
 )
 from xmr.synth.config import SynthConfig
 from xmr.synth.removal.captions import ImageCaptioner, prompt_caption, rewrite_caption
+from xmr.synth.removal.config import RemovalConfig
 from xmr.synth.removal.rows import ROW_COLUMNS, PlanFailure, PlannedRow, plan_rows
 from xmr.text import caption_mentions
 
@@ -166,13 +167,20 @@ class PlanRows(Stage):
     name = "plan"
     needs_actor = False
 
-    def __init__(self, config: SynthConfig, resources: Resources, batch_size: int) -> None:
+    def __init__(
+        self,
+        config: SynthConfig,
+        removal: RemovalConfig,
+        resources: Resources,
+        batch_size: int,
+    ) -> None:
         super().__init__(resources, batch_size)
         self.config = config
+        self.removal = removal
 
     def process(self, batch: Batch) -> Batch:
         start = time.perf_counter()
-        c = self.config
+        c, removal = self.config, self.removal
         rows: list[dict] = []
         planned: list[tuple[ImageRecord, list[tuple[str, ...]]]] = []
         failed = "error" in batch
@@ -183,16 +191,16 @@ class PlanRows(Stage):
                 continue
             record = ImageRecord.from_dict(json.loads(text))
             try:
-                plans = removal_plans(record, c.alpha1, c.alpha2, c.alpha3)
+                plans = removal_plans(record, removal.alpha1, removal.alpha2, removal.alpha3)
             except ValueError as exc:
                 rows.append(self._error_row(key, self.name, *_describe(exc)))
                 continue
             if plans:
                 planned.append((record, plans))
-        if c.caption == "np-removal":
+        if removal.caption == "np-removal":
             mentions = caption_mentions(c.dataset, [record for record, _ in planned])
         rewrite = None
-        if c.caption == "np-removal":
+        if removal.caption == "np-removal":
 
             def rewrite(caption: Caption, removed: tuple[str, ...]) -> str:
                 return rewrite_caption(caption, removed, c.dataset)
@@ -201,7 +209,7 @@ class PlanRows(Stage):
         offset = 0
         for record, plans in planned:
             own = None
-            if c.caption == "np-removal":
+            if removal.caption == "np-removal":
                 own = mentions[offset : offset + len(record.captions)]
                 offset += len(record.captions)
             for row in plan_rows(
@@ -318,20 +326,31 @@ class WriteCaptions(_RowStage):
     name = "caption"
     captioner: ImageCaptioner | None = None  # set up by ``--caption captioner`` workers
 
+    def __init__(
+        self,
+        config: SynthConfig,
+        removal: RemovalConfig,
+        resources: Resources,
+        batch_size: int,
+        device: str = "auto",
+    ) -> None:
+        super().__init__(config, resources, batch_size, device)
+        self.removal = removal
+
     @property
     def needs_actor(self) -> bool:
-        return self.config.caption == "captioner"
+        return self.removal.caption == "captioner"
 
     def setup(self) -> None:
-        if self.config.caption == "captioner":
-            self.captioner = ImageCaptioner(self.config.captioner_model, device=self.device)
+        if self.removal.caption == "captioner":
+            self.captioner = ImageCaptioner(self.removal.captioner_model, device=self.device)
             self.captioner.load()
 
     def teardown(self) -> None:
         self.captioner = None
 
     def _one(self, batch: Batch, i: int) -> str:
-        if self.config.caption == "prompt":
+        if self.removal.caption == "prompt":
             kept = json.loads(batch["kept"][i])
             return prompt_caption(kept, row_seed(self.config.seed, str(batch["key"][i])))
         return str(batch["rewritten"][i])  # noun-phrase removal happens when planning
