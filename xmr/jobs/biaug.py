@@ -65,6 +65,7 @@ from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
 from xmr.llm.spec import ORACLE
 from xmr.storage import StoragePath
+from xmr.synth.config import load_configs
 from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.train.convergence import AUTO
 from xmr.train.options import TrainChoice, TrainOptions
@@ -246,7 +247,7 @@ def biaug_steps(
         data = folder / "world"
         steps.append(world_step(data, seed=options.seed, config=_world_config(options)))
     dprime = folder / "dprime"
-    synth = {
+    synth, runtime = load_configs(None, {
         "mode": "biaug", "dataset": options.dataset, "data": data, "split": "train",
         "out": dprime, "limit": options.limit, "seed": options.seed,
         "captions_per_image": options.captions_per_image,
@@ -256,9 +257,9 @@ def biaug_steps(
         "max_error_rate": options.max_error_rate, "detect_actors": options.detect_actors,
         "fill_actors": options.fill_actors, "llm_actors": options.llm_actors,
         "gpus_per_actor": options.gpus_per_actor,
-    }  # fmt: skip
+    })  # fmt: skip
     summary = "build BiAug-D′: objects, attribute edits, hard negatives (§3)"
-    steps.append(synth_step("synth", summary, synth, options.llm))
+    steps.append(synth_step("synth", summary, synth, runtime, options.llm))
 
     model = {"arch": options.arch, "pretrained": options.pretrained}
     resolved = resolve_config(

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xmr.fields import changed_options
 from xmr.jobs.options import command_line
@@ -24,6 +24,7 @@ from xmr.storage import ObjectPath, StoragePath, put_folder
 if TYPE_CHECKING:
     from xmr.eval.options import BenchmarkOptions, EvalOptions
     from xmr.llm import LLMSpec
+    from xmr.synth.config import SynthOptions, SynthRuntime
     from xmr.train.options import TrainOptions
     from xmr.tune.space import SearchSpace
 
@@ -60,26 +61,25 @@ def world_step(
 
 
 def synth_step(
-    name: str, summary: str, values: Mapping[str, Any], llm: LLMSpec | None = None
+    name: str,
+    summary: str,
+    options: SynthOptions,
+    runtime: SynthRuntime,
+    llm: LLMSpec | None = None,
 ) -> Step:
-    """Build D′ (``xmr synth``) with ``values``: the fields of the configs
-    (:data:`~xmr.synth.config.OPTION_ORDER`) and of :class:`~xmr.synth.config.SynthRuntime` by
-    name (``out`` included), and for ``--mode biaug`` the LLM ``llm``.
+    """Build D′ (``xmr synth``) with the configs ``options`` into ``runtime.out`` (its MLflow
+    run named ``name``), and for ``--mode biaug`` with the LLM ``llm``.
 
     Raises:
-        ValueError: a value out of bounds or contradicting another, or an LLM that cannot run
-            (no ``--llm-model``; checked now, as ``xmr synth`` checks it before Ray starts).
+        ValueError: an LLM that cannot run (no ``--llm-model``; checked now, as ``xmr synth``
+            checks it before Ray starts).
     """
-    from xmr.synth.config import load_configs
-
-    options, runtime = load_configs(None, {**values, "run_name": name})
+    runtime = replace(runtime, run_name=name)
     spec = llm if options.mode == "biaug" else None
     if spec is not None:
         spec.check_ready()
 
     def run(context: StepContext) -> StepOutcome:
-        from dataclasses import replace
-
         from xmr.synth.methods import synthesize
         from xmr.synth.report import SAMPLES, log_to_mlflow, save_sample_grid
         from xmr.synth.runner import ray_executor
@@ -105,7 +105,11 @@ def synth_step(
         counts = {key: float(manifest[key]) for key in ("planned", "written", "errors")}
         return StepOutcome(run_id, counts, {"dprime": str(result.out)})
 
-    shown = {k: v for k, v in values.items() if k != "progress"}
+    own = options.biaug if options.mode == "biaug" else options.removal
+    shown = {**changed_options(options.shared), **changed_options(own)}
+    shown |= {
+        k: v for k, v in changed_options(runtime).items() if k not in ("progress", "run_name")
+    }
     if spec is not None:  # the LLM's flags set away from their defaults, --llm always
         shown.update({"llm": spec.backend, **changed_options(spec)})
     return Step(name, summary, command_line("xmr synth", shown), run)

@@ -41,6 +41,7 @@ from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
+from xmr.synth.config import load_configs
 from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
 from xmr.train.options import TrainChoice, TrainOptions
 
@@ -138,12 +139,14 @@ def odmap_steps(
         data = folder / "world"
         steps.append(world_step(data, seed=options.seed))
     dprime = folder / "dprime"
-    synth = {
+    synth, runtime = load_configs(None, {
         "dataset": options.dataset, "data": data, "split": "train", "out": dprime,
         "fill": options.fill, "limit": options.limit, "seed": options.seed,
         "fill_actors": options.fill_actors, "gpus_per_actor": options.gpus_per_actor,
-    }  # fmt: skip
-    steps.append(synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth))
+    })  # fmt: skip
+    steps.append(
+        synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth, runtime)
+    )
     train = {
         "model": options.model, "arch": options.arch, "pretrained": options.pretrained,
         "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
