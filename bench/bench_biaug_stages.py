@@ -123,7 +123,9 @@ def run_case(path: Path) -> dict[str, float | int]:
     options, _ = load_configs(None, case["config"])
     config, size = options.shared, case["batch_size"]
     if case["stage"] == "verify":
-        stage = VerifyObjects(config, options.biaug, Resources(cpus=1), size, case["device"])
+        stage = VerifyObjects(
+            config, options.methods["biaug"], Resources(cpus=1), size, case["device"]
+        )
     else:
         stage = InpaintPairs(config, Resources(cpus=1), size, case["device"], case["world"])
     return measure(stage, batches_of(case["rows"], size), case["images_per_row"], case["repeats"])

@@ -49,7 +49,7 @@ def loop_build(options: SynthOptions, root: Path, out: Path, batch_size: int) ->
     """The same stages, one batch after another in this process. Returns (rows, seconds)."""
     _cached_spans.cache_clear()
     start = time.perf_counter()
-    config, removal = options.shared, options.removal
+    config, removal = options.shared, options.methods["removal"]
     records, _ = read_inputs(config, root)
     plan = PlanRows(config, removal, Resources(1.0), batch_size)
     fill = FillImages(config, Resources(1.0), batch_size)
@@ -107,7 +107,7 @@ def profile_loop(options: SynthOptions, root: Path, batch_size: int, top: int = 
 def bench(name: str, options: SynthOptions, root: Path, batch_size: int, actors: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows, loop_s = loop_build(options, root, Path(tmp) / "loop", batch_size)
-    fill, caption = options.shared.fill, options.removal.caption
+    fill, caption = options.shared.fill, options.methods["removal"].caption
     print(f"\n## {name}: {rows} rows, fill={fill}, caption={caption}\n")
     print("| run | plan s | synth s | total s | rows/s (total) | vs loop |")
     print("|---|---|---|---|---|---|")

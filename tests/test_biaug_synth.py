@@ -256,7 +256,7 @@ def test_vllm_engine_passes_answer_through_the_cache(
     llm = LLMSpec(backend="vllm", model="org/model", runtime_env='{"image_uri": "ray-llm"}',
                   batch_size=4, cache_dir=tmp_path / "cache")  # fmt: skip
     llm.check_ready()
-    config, biaug = options.shared, options.biaug
+    config, biaug = options.shared, options.methods["biaug"]
     records, _ = read_inputs(config, marked_coco)
     examples = biaug_method.source_examples(records, config)
     executor = RayExecutor(progress=False)
@@ -364,7 +364,7 @@ def test_annotation_boxes_confirm_proposals_without_a_detector(oracle_world) -> 
     examples = source_examples(records, options.shared)
     for example, record in zip(examples, records, strict=True):
         example["objects"] = json.dumps([*record.categories, "unicorn"])
-    stage = VerifyObjects(options.shared, options.biaug, Resources(cpus=1), batch_size=8)
+    stage = VerifyObjects(options.shared, options.methods["biaug"], Resources(cpus=1), batch_size=8)
     out = stage.run_local(_stage_batch(examples))
     assert stage.detector is None and LLMSpec(backend="oracle").reads_images
     for i, record in enumerate(records):
@@ -401,7 +401,7 @@ def test_garbage_from_a_tiny_local_llm_fails_row_by_row(small_toyworld, tmp_path
     records = read_dataset("toyworld", small_toyworld, "train")[:4]
     examples = source_examples(records, options.shared)
     stage = ProposeObjects(
-        options.shared, options.biaug, llm, Resources(cpus=1), batch_size=4, device="cpu"
+        options.shared, options.methods["biaug"], llm, Resources(cpus=1), batch_size=4, device="cpu"
     )
     out = stage.run_local(_stage_batch(examples))
     assert list(out["error_stage"]) == ["propose"] * 4

@@ -51,7 +51,7 @@ def test_yaml_config_with_flag_overrides(tmp_path) -> None:
     path.write_text("fill: blur\nalpha1: 0.3\ncaptions-per-image: all\nfill_actors: 3\n")
     options, runtime = load_configs(path, {"alpha1": 0.5, "seed": None, "dataset": "toyworld"})
     assert options.shared.fill == "blur"
-    assert options.removal.alpha1 == 0.5  # the flag wins over the file
+    assert options.methods["removal"].alpha1 == 0.5  # the flag wins over the file
     assert options.shared.captions_per_image is None  # "all"
     assert runtime.fill_actors == 3
     assert runtime.out == Path("xmr-synth/toyworld-train").resolve()  # absolute: Ray workers
@@ -269,7 +269,7 @@ def _planned_batch(options: SynthOptions, count: int) -> dict:
     from xmr.synth.removal.stages import PlanRows, plan_inputs
 
     records = read_toyworld(options.shared.data, "train")[:count]
-    planner = PlanRows(options.shared, options.removal, Resources(), 8)
+    planner = PlanRows(options.shared, options.methods["removal"], Resources(), 8)
     planned = planner.run_local(rows_to_batch(plan_inputs(records)))
     ok = [i for i, error in enumerate(planned["error"]) if not error]
     return {k: v[ok] for k, v in planned.items() if not k.startswith("seconds_")}
@@ -285,7 +285,9 @@ def test_every_cpu_fill_and_caption_runs_as_a_stage(small_toyworld, nltk_tagger,
     options = SynthOptions.of(data=small_toyworld, fill=fill, caption=caption)
     batch = _planned_batch(options, 6)
     filled = FillImages(options.shared, Resources(), 8).run_local(batch)
-    done = WriteCaptions(options.shared, options.removal, Resources(), 8).run_local(filled)
+    done = WriteCaptions(options.shared, options.methods["removal"], Resources(), 8).run_local(
+        filled
+    )
     ok = [i for i, error in enumerate(done["error"]) if not error]
     assert ok
     for i in ok:

@@ -242,12 +242,12 @@ def test_injected_llm_answers_are_refused_each_with_its_rule(tmp_path, monkeypat
         server.reply_when("Answer:", table)
         llm = LLMSpec(backend="openai", url=server.url, model="scripted", max_retries=0)
         decouple = DecoupleAttributes(
-            options.shared, options.biaug, llm, Resources(cpus=1), batch_size=4
+            options.shared, options.methods["biaug"], llm, Resources(cpus=1), batch_size=4
         )
         out = decouple.run_local(rows_to_batch([row]))
         propose = ProposeObjects(
-            with_vocabulary.shared, with_vocabulary.biaug, llm, Resources(cpus=1), batch_size=4,
-            vocabulary=with_vocabulary.biaug.object_names(),
+            with_vocabulary.shared, with_vocabulary.own, llm, Resources(cpus=1), batch_size=4,
+            vocabulary=with_vocabulary.own.object_names(),
         )  # fmt: skip
         proposed = propose.run_local(rows_to_batch([{**row, "caption": caption}]))
         decouple.chat.close()

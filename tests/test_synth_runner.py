@@ -16,6 +16,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from functools import partial
 from pathlib import Path
 
@@ -189,3 +190,17 @@ def test_a_finished_build_reruns_without_an_executor(world, tmp_path, nltk_tagge
     assert counts["shards_resumed"] == counts["shards"] and counts["rows_this_run"] == 0
     assert {n: d for n, d in digests(out, world).items() if n != "manifest.json"} == files
     assert again.manifest["written"] == first.manifest["written"]
+
+
+def test_every_mode_has_its_config_its_flags_and_its_builder() -> None:
+    """A D′ method is one entry in each registry: its config (METHOD_CONFIGS), whose fields
+    are flags in OPTION_ORDER (checked on import), and its builder (METHODS)."""
+    from xmr.synth.config import CONFIGS, METHOD_CONFIGS, MODES, OPTION_ORDER, SynthOptions
+    from xmr.synth.methods import METHODS
+
+    assert set(METHODS) == set(METHOD_CONFIGS) == set(MODES)
+    declared = [f.name for config in CONFIGS for f in fields(config)]
+    assert sorted(declared) == sorted(OPTION_ORDER)
+    for mode in MODES:
+        options = SynthOptions.of(mode=mode)
+        assert options.own is options.methods[mode]

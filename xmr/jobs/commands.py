@@ -105,8 +105,7 @@ def synth_step(
         counts = {key: float(manifest[key]) for key in ("planned", "written", "errors")}
         return StepOutcome(run_id, counts, {"dprime": str(result.out)})
 
-    own = options.biaug if options.mode == "biaug" else options.removal
-    shown = {**changed_options(options.shared), **changed_options(own)}
+    shown = {**changed_options(options.shared), **changed_options(options.own)}
     shown |= {
         k: v for k, v in changed_options(runtime).items() if k not in ("progress", "run_name")
     }

@@ -39,7 +39,11 @@ from xmr.storage import STORAGE_ENV, StoragePath, default_output
 from xmr.synth.biaug.config import BIAUG_FILLS, BiAugConfig
 from xmr.synth.removal.config import RemovalConfig
 
-MODES = ("removal", "biaug")
+METHOD_CONFIGS: dict[str, type] = {"removal": RemovalConfig, "biaug": BiAugConfig}
+"""Each D′ method's own config, by ``--mode``. A method adds its entry here, its fields to
+:data:`OPTION_ORDER`, and its builder to :data:`~xmr.synth.methods.METHODS`; a method config
+has ``to_dict()``, ``hashed()`` and ``check(fill, dataset)``."""
+MODES = tuple(METHOD_CONFIGS)
 BOX_SOURCES = ("gt", "groundingdino")
 DEFAULT_OUT = Path("xmr-synth")
 """Where builds go by default: ``<dataset>-<split>`` inside, under ``$XMR_STORAGE`` when set,
@@ -140,7 +144,7 @@ class SynthConfig:
         return data
 
 
-def fingerprint(config: SynthConfig, own: RemovalConfig | BiAugConfig) -> str:
+def fingerprint(config: SynthConfig, own: Any) -> str:
     """Hash of everything that decides the output of a build with ``config`` and its method's
     own config ``own``: their fields as hashed (``hashed()``), and the package version."""
     data = {**config.hashed(), **own.hashed()}
@@ -156,24 +160,27 @@ OPTION_ORDER = (
     "max_overlap", "filter_confidence", "min_confidence", "llm_max_tokens", "object_vocabulary",
 )  # fmt: skip
 """The fields of :data:`CONFIGS` in the order ``xmr synth`` lists their flags (and
-:meth:`SynthOptions.to_dict` its keys)."""
-CONFIGS = (SynthConfig, RemovalConfig, BiAugConfig)
+:meth:`SynthOptions.to_dict` its keys): every field of every config, once (checked on import)."""
+CONFIGS = (SynthConfig, *METHOD_CONFIGS.values())
 """The configs of a build: the shared one, then each method's."""
+
+
+def _method_configs() -> dict[str, Any]:
+    return {mode: config() for mode, config in METHOD_CONFIGS.items()}
 
 
 @dataclass(frozen=True)
 class SynthOptions:
-    """A build's configs: the shared one and each method's. The method of ``shared.mode``
-    builds from ``shared`` and its own; the other method's options are checked and recorded
-    (the manifest's ``config``, MLflow's params), not hashed."""
+    """A build's configs: the shared one and each method's (``methods``, by mode). The method
+    of ``shared.mode`` builds from ``shared`` and its own (:attr:`own`); the other methods'
+    options are checked and recorded (the manifest's ``config``, MLflow's params), not
+    hashed."""
 
     shared: SynthConfig = field(default_factory=SynthConfig)
-    removal: RemovalConfig = field(default_factory=RemovalConfig)
-    biaug: BiAugConfig = field(default_factory=BiAugConfig)
+    methods: dict[str, Any] = field(default_factory=_method_configs)
 
     def __post_init__(self) -> None:
-        if self.shared.mode == "biaug":
-            self.biaug.check(self.shared.fill or "", self.shared.dataset)
+        self.own.check(self.shared.fill or "", self.shared.dataset)
 
     @classmethod
     def of(cls, **values: Any) -> SynthOptions:
@@ -185,35 +192,47 @@ class SynthOptions:
         unknown = set(values) - set(OPTION_ORDER)
         if unknown:
             raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))}")
-        shared, removal, biaug = (
-            config(**{f.name: values[f.name] for f in fields(config) if f.name in values})
-            for config in CONFIGS
-        )
-        return cls(shared, removal, biaug)
+
+        def given(config: type) -> dict[str, Any]:
+            return {f.name: values[f.name] for f in fields(config) if f.name in values}
+
+        methods = {mode: config(**given(config)) for mode, config in METHOD_CONFIGS.items()}
+        return cls(SynthConfig(**given(SynthConfig)), methods)
 
     @property
     def mode(self) -> str:
         """The build's method (``shared.mode``)."""
         return self.shared.mode
 
+    @property
+    def own(self) -> Any:
+        """The config of the build's method (``methods[mode]``)."""
+        return self.methods[self.mode]
+
     def to_dict(self) -> dict[str, Any]:
         """Every config's JSON-ready fields, flat, in :data:`OPTION_ORDER`."""
-        data = {**self.shared.to_dict(), **self.removal.to_dict(), **self.biaug.to_dict()}
+        data = self.shared.to_dict()
+        for config in self.methods.values():
+            data |= config.to_dict()
         return {name: data[name] for name in OPTION_ORDER}
 
     def fingerprint(self) -> str:
         """The config hash of the method of ``mode`` (:func:`fingerprint`)."""
-        own = self.biaug if self.mode == "biaug" else self.removal
-        return fingerprint(self.shared, own)
+        return fingerprint(self.shared, self.own)
 
 
 def _in_option_order() -> type:
-    declared = {}
+    declared: dict[str, tuple] = {}
     for config in CONFIGS:
         hints = typing.get_type_hints(config)
         for item in fields(config):
+            if item.name in declared:
+                raise TypeError(f"{config.__name__}.{item.name}: another config has that field")
             spec = field(default=item.default, metadata=item.metadata)
             declared[item.name] = (item.name, hints[item.name], spec)
+    if sorted(declared) != sorted(OPTION_ORDER):
+        missing, extra = set(declared) - set(OPTION_ORDER), set(OPTION_ORDER) - set(declared)
+        raise TypeError(f"OPTION_ORDER lacks {sorted(missing)}, or names no field {sorted(extra)}")
     return make_dataclass(
         "SynthFlags",
         [declared[name] for name in OPTION_ORDER],

@@ -16,6 +16,28 @@ from xmr.synth.config import SynthOptions, SynthRuntime
 from xmr.synth.runner import SynthMethod, SynthResult, build, ray_executor
 
 
+def _removal(options: SynthOptions, runtime: SynthRuntime, llm: LLMSpec | None) -> SynthMethod:
+    from xmr.synth.removal.method import RemovalMethod
+
+    return RemovalMethod(options, runtime)
+
+
+def _biaug(options: SynthOptions, runtime: SynthRuntime, llm: LLMSpec | None) -> SynthMethod:
+    from xmr.synth.biaug.method import BiAugMethod
+
+    if llm is None:
+        raise ValueError("--mode biaug needs an LLM (--llm)")
+    return BiAugMethod(options, runtime, llm)
+
+
+METHODS: dict[str, Callable[[SynthOptions, SynthRuntime, LLMSpec | None], SynthMethod]] = {
+    "removal": _removal,
+    "biaug": _biaug,
+}
+"""Each D′ method's builder, by ``--mode`` (the modes of
+:data:`~xmr.synth.config.METHOD_CONFIGS`); a method's module is imported when it builds."""
+
+
 def synth_method(
     options: SynthOptions, runtime: SynthRuntime, llm: LLMSpec | None = None
 ) -> SynthMethod:
@@ -25,15 +47,7 @@ def synth_method(
     Raises:
         ValueError: ``--mode biaug`` without an LLM.
     """
-    if options.mode == "biaug":
-        from xmr.synth.biaug.method import BiAugMethod
-
-        if llm is None:
-            raise ValueError("--mode biaug needs an LLM (--llm)")
-        return BiAugMethod(options, runtime, llm)
-    from xmr.synth.removal.method import RemovalMethod
-
-    return RemovalMethod(options, runtime)
+    return METHODS[options.mode](options, runtime, llm)
 
 
 def synthesize(

@@ -439,7 +439,7 @@ class BiAugMethod:
     def __init__(self, options: SynthOptions, runtime: SynthRuntime, llm: LLMSpec) -> None:
         self.options = options  # recorded whole in the manifest
         self.config = options.shared
-        self.biaug = options.biaug
+        self.biaug = options.methods["biaug"]
         self.runtime = runtime
         self.llm = llm
         self.root = Path()

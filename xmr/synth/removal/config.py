@@ -40,6 +40,10 @@ class RemovalConfig:
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"--captioner-model: {exc}") from exc
 
+    def check(self, fill: str, dataset: str) -> None:
+        """Nothing of the shared config contradicts a removal config (the protocol of
+        :data:`~xmr.synth.config.METHOD_CONFIGS`)."""
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return asdict(self)

@@ -86,7 +86,7 @@ class RemovalMethod:
     def __init__(self, options: SynthOptions, runtime: SynthRuntime) -> None:
         self.options = options  # recorded whole in the manifest
         self.config = options.shared
-        self.removal = options.removal
+        self.removal = options.methods["removal"]
         self.runtime = runtime
         self.records: dict[str, ImageRecord] = {}
         self.classes: list[str] = []
