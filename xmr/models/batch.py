@@ -1,9 +1,9 @@
 """What a training step sees: :class:`TrainBatch`, one mini-batch of image–text pairs as tensors.
 
-A batch is built by the family's collate (:meth:`xmr.models.RetrievalModel.collate`) from rows of
-the training table (:mod:`xmr.train.data`): decoded, transformed pixels, tokenised captions, and
-the labels the objectives need (which rows share an image, the image's gender, whether the
-caption is gender-neutral, entity ids for EI-CLIP).
+A batch is built by :func:`xmr.train.data.collate` from rows of the training table, with the
+family's preprocessing and tokenizer: decoded, transformed pixels, tokenised captions, and the
+labels the objectives need (which rows share an image, the image's gender, whether the caption
+is gender-neutral, entity ids for EI-CLIP).
 """
 
 from __future__ import annotations
