@@ -181,8 +181,8 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
     folder = tmp_path / "jobs" / "small"
     for line in (
         f"$ xmr data toyworld --out {folder / 'world'} --config binding --seed 0",
-        "--captions-per-image 2 --fill render --boxes gt --max-error-rate 0.5",
-        "--llm oracle",
+        "--captions-per-image 2 --fill render --boxes gt --out",
+        "--max-error-rate 0.5 --llm oracle",
         "--name train-d --storage",
         "--steps <train-d-dprime's steps>",  # read from that run
         f"--epochs 2 --synth {folder / 'dprime'} --synth-ratio 0.5 --name train-d-dprime",
@@ -207,7 +207,7 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
     print_plan(biaug_job(options, JobOptions(storage=tmp_path / "jobs")), console)
     plan = console.export_text()
     assert "--llm openai --llm-model gpt-4o-mini --llm-url http://127.0.0.1:9/v1" in plan
-    assert "--fill" not in plan and "--boxes" not in plan and "world:" not in plan
+    assert "--fill sd --boxes groundingdino" in plan and "world:" not in plan  # synth's defaults
 
 
 def test_the_biaug_job_refuses_bad_options_before_any_step(tmp_path: Path) -> None:
