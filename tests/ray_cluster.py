@@ -70,6 +70,8 @@ class RayCluster(RayNodes):
         listed = self.ray(*args)
         if listed.returncode != 0:
             raise RuntimeError(f"ray {' '.join(args)} failed:\n{listed.stderr[-3000:]}")
+        if not listed.stdout.lstrip().startswith("["):  # none: "No resource in the cluster"
+            return []
         return json.loads(listed.stdout)
 
     def submit_command(

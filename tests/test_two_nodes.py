@@ -392,11 +392,41 @@ def test_ray_job_stop_leaves_no_run_of_the_sweep_running(two_nodes: TwoNodes) ->
         tries=30,
     )
     assert not alive, alive
+    _release_reservations(two_nodes, "stopped")
     runs = _runs(two_nodes.tracking_uri, "xmr/tune/two_nodes_fair_50")
     statuses = {r.info.run_name: r.info.status for r in runs}
     assert statuses == {
         "stopped": "KILLED", "fair_alpha=0": "KILLED", "fair_alpha=1": "KILLED"
     }, log.read_text()[-4000:]  # fmt: skip
+
+
+REMOVE_PLACEMENT_GROUPS = """
+import sys
+import ray
+from ray.util.placement_group import PlacementGroup, remove_placement_group
+ray.init(address=sys.argv[1], log_to_driver=False)
+for hex_id in sys.argv[2:]:
+    remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(hex_id)))
+"""
+
+
+def _release_reservations(two_nodes: TwoNodes, submission_id: str) -> None:
+    """Remove the placement groups the stopped job left reserved.
+
+    Ray can leave a stopped trial's Ray Train placement group CREATED (its controller killed
+    before Train's cleaner removed it), holding a CPU for good: the next job's two training
+    workers would wait for it forever. Nothing of the stopped job can reach it any more.
+    """
+    (job,) = [
+        j["job_id"] for j in two_nodes.cluster.state("jobs") if j["submission_id"] == submission_id
+    ]
+    rows = two_nodes.cluster.state("placement-groups", "state=CREATED")
+    leaked = [row["placement_group_id"] for row in rows if row.get("creator_job_id") == job]
+    if leaked:
+        subprocess.run(
+            [sys.executable, "-c", REMOVE_PLACEMENT_GROUPS, two_nodes.cluster.gcs_address, *leaked],
+            env=two_nodes.cluster.env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
 
 
 def _trial_trained_an_epoch(client: mlflow.MlflowClient, experiment: str) -> bool:
