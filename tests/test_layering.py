@@ -88,16 +88,18 @@ RAY_SURFACE = {
 or a formatter another module needs lives below Ray, so calling it never starts Ray."""
 
 
-def _modules() -> list[str]:
-    names = []
+def _module_paths() -> dict[str, Path]:
+    """Every xmr module's dotted name -> its file (a package's is its ``__init__.py``)."""
+    paths = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(REPO).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if parts[-1] == "__main__":
-            continue  # entry points run, they are not imported
-        names.append(".".join(parts))
-    return names
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return paths
+
+
+def _modules() -> list[str]:
+    """The importable modules (entry points, ``__main__``, run rather than imported)."""
+    return [name for name in _module_paths() if not name.endswith(".__main__")]
 
 
 def _layer(module: str) -> str:
@@ -152,18 +154,18 @@ def test_comparing_imports_no_ray_wiring_even_at_call_time() -> None:
     """Paired statistics, ties and verdicts live in ``xmr.compare``; the modules that compare
     (and the Pareto fronts and the job step that ask for ties) import neither Ray nor a wiring
     module, not even inside a function (as ``jobs/gender.py`` once imported ``tune.sweep``)."""
-    comparing = [*sorted((PACKAGE / "compare").glob("*.py")), PACKAGE / "tune" / "pareto.py"]
-    comparing += [PACKAGE / "jobs" / "comparison.py", PACKAGE / "jobs" / "gender.py"]
-    wrong = []
-    for path in comparing:
-        parts = path.relative_to(REPO).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        tree = ast.parse(path.read_text(), str(path))
-        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-        wrong += [f"{module} imports {n}" for n in names if n == "ray" or n.startswith("ray.")]
-        wrong += [f"{module}:{line} imports {t}" for line, t in _imports(path, module)
-                  if t in RAY_WIRING]  # fmt: skip
+    comparing = [
+        (module, path)
+        for module, path in _module_paths().items()
+        if _layer(module) == "compare"
+        or module in ("xmr.tune.pareto", "xmr.jobs.comparison", "xmr.jobs.gender")
+    ]
+    wrong = [
+        f"{module}:{line} imports {target}"
+        for module, path in comparing
+        for line, target in _imports(path, module)
+        if target in RAY_WIRING
+    ]  # Ray itself: test_only_the_wiring_modules_import_ray_even_at_call_time
     assert not wrong, "\n".join(wrong)
 
 
@@ -175,9 +177,7 @@ def test_every_package_is_in_the_dependency_order() -> None:
 def test_packages_import_only_downward() -> None:
     rank = {name: i for i, name in enumerate(LAYERS)}
     wrong = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(REPO).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    for module, path in _module_paths().items():
         own = rank[_layer(module)]
         for line, target in _imports(path, module):
             if rank[_layer(target)] > own:
@@ -190,14 +190,6 @@ def test_readme_layout_lists_the_packages_in_dependency_order() -> None:
     section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^xmr/(\w+)(?:/|\.py)", section, flags=re.M)
     assert listed == [name for name in LAYERS if name != "xmr"]
-
-
-def _module_paths() -> dict[str, Path]:
-    paths = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(REPO).with_suffix("").parts
-        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return paths
 
 
 def _circle(edges: dict[str, set[str]]) -> list[str] | None:

@@ -25,8 +25,8 @@ def console() -> io.StringIO:
 
 
 def test_quiet_console_keeps_xmr_and_warnings(console: io.StringIO, monkeypatch) -> None:
-    for name in QUIET_ENV:
-        monkeypatch.delenv(name, raising=False)
+    # quiet_console sets its defaults in os.environ: a copy without them, restored after
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in QUIET_ENV})
     quiet_console()
     logging.getLogger("otherlib.workers").info("worker group started")
     logging.getLogger("otherlib.data").warning("a block was spilled")
