@@ -195,6 +195,42 @@ def test_the_per_query_values_average_to_the_metrics() -> None:
     assert odmap_at_k(scores, mentions, removed, present, ks=(1, 3)) == pytest.approx(want)
 
 
+def test_a_weighted_share_is_resampled_as_a_ratio_of_sums() -> None:
+    """``male_share_at_K`` is Σ w·x / Σ w (w: the gendered share): each resample's value is the
+    ratio of its drawn sums, against the 27 draws of three queries enumerated."""
+    gendered = np.array([1.0, 0.5, 0.0])
+    male = np.array([1.0, 0.0, np.nan])  # query 3 saw no gendered image: no share, no weight
+    values = {"test/gendered_share_at_2": gendered, "test/male_share_at_2": male}
+    intervals = mean_intervals(values, resamples=20_000, seed=1)
+    assert intervals["test/male_share_at_2"].value == pytest.approx(1 / 1.5)
+    assert intervals["test/gendered_share_at_2"].value == pytest.approx(0.5)
+    # the 27 equally likely resamples; one of all query 3 (1/27) has no share and is left out
+    ratios = []
+    for draw in itertools.product(range(3), repeat=3):
+        w = gendered[list(draw)]
+        if w.sum() > 0:
+            ratios.append(np.nansum(w * male[list(draw)]) / w.sum())
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    interval = intervals["test/male_share_at_2"]
+    assert (interval.low, interval.high) == pytest.approx((low, high), abs=1e-9)
+    with pytest.raises(ValueError, match="male_share_at_2 is a mean weighted by test/gendered"):
+        mean_intervals({"test/male_share_at_2": male})
+
+
+def test_a_paired_share_difference_is_the_difference_of_the_ratios() -> None:
+    rng = np.random.default_rng(0)
+    shown = rng.integers(0, 11, size=(2, 400)) / 10  # gendered share of each query, two runs
+    male = rng.random((2, 400)) + np.array([[0.0], [0.3]])  # run B sees more men
+    male = np.where(shown > 0, np.clip(male, 0, 1), np.nan)
+    runs = [{"gendered_share_at_10": shown[i], "male_share_at_10": male[i]} for i in (0, 1)]
+    paired = paired_intervals(runs[0], runs[1], resamples=500)
+    single = [mean_intervals(run, resamples=500)["male_share_at_10"].value for run in runs]
+    change = paired["male_share_at_10"]
+    assert change.value == pytest.approx(single[1] - single[0])
+    assert change.low <= change.value <= change.high and change.excludes(0.0)
+    assert paired["gendered_share_at_10"].value == pytest.approx((shown[1] - shown[0]).mean())
+
+
 def test_the_seeds_and_queries_interval_holds_training_variance() -> None:
     """Per-seed gains that disagree (one seed +0.1 on every query, the other 0) give an
     interval over seeds and queries that reaches both, where the paired interval of the

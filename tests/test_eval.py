@@ -82,9 +82,14 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     assert (counts["images_male"], counts["images_female"], counts["bias_queries"]) == (12, 12, 120)
     assert 30 <= counts["bias_queries_cup"] <= 60 and 30 <= counts["bias_queries_bicycle"] <= 60
     for k in (1, 5, 10):
-        for linked in ("cup", "bicycle"):
-            assert -1.0 <= metrics[f"test/bias_at_{k}_{linked}"] <= 1.0
+        for linked in ("", "_cup", "_bicycle"):
+            assert -1.0 <= metrics[f"test/bias_at_{k}{linked}"] <= 1.0
+            # every image of the gender split shows a man or a woman: nothing dilutes Bias@K
+            assert metrics[f"test/gendered_share_at_{k}{linked}"] == 1.0
+            male = metrics[f"test/male_share_at_{k}{linked}"]
+            assert male == pytest.approx((1 + metrics[f"test/bias_at_{k}{linked}"]) / 2)
     assert "Bias@K ranks the gender_test split's images" in output
+    assert "Gendered share ·" in output and "Male share ·" in output
     assert "│   cup " in output and "│   bicycle " in output
     assert "ODmAP" in output and "Recall i2t" in output
     assert "[low, high]: 95% bootstrap intervals over the queries (1000 resamples)" in output
@@ -104,10 +109,12 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     assert run.data.params["model.arch"] == "xmr-tiny"
     assert run.data.params["data.dataset"] == "toyworld"
     assert run.data.metrics["test/odmap_at_5"] == pytest.approx(metrics["test/odmap_at_5"])
-    assert run.data.metrics["test/bias_at_10"] == pytest.approx(metrics["test/bias_at_10"])
-    for end in ("low", "high"):
-        logged = run.data.metrics[f"test/odmap_at_5_ci_{end}"]
-        assert logged == pytest.approx(intervals["test/odmap_at_5"][f"ci_{end}"])
+    for name in ("test/bias_at_10", "test/gendered_share_at_10", "test/male_share_at_10_cup"):
+        assert run.data.metrics[name] == pytest.approx(metrics[name])
+    for name in ("test/odmap_at_5", "test/male_share_at_10"):
+        for end in ("low", "high"):
+            logged = run.data.metrics[f"{name}_ci_{end}"]
+            assert logged == pytest.approx(intervals[name][f"ci_{end}"])
     artifacts = {a.path for a in mlflow.artifacts.list_artifacts(run_id=run.info.run_id)}
     assert {"metrics.json", "odmap_examples.png"} <= artifacts
 
@@ -137,6 +144,19 @@ def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tin
     assert own.bias_split == "test"
     assert sum(own.counts[f"images_{g}"] for g in ("male", "female", "neutral")) == 40
     assert "test/bias_at_10_dog" in own.metrics and "test/bias_at_10_cup" not in own.metrics
+    # The test split holds person-less images: the shares explain Bias@K over them. Bias@K =
+    # mean Δ_K; a query with a gendered image has Δ_K = 2·(its male share) − 1, one without 0.
+    values = own.per_query["bias"].values
+    for k in config.ks:
+        gendered, male = values[f"test/gendered_share_at_{k}"], values[f"test/male_share_at_{k}"]
+        seen = gendered > 0
+        assert np.isnan(male[~seen]).all() and not np.isnan(male[seen]).any()
+        assert values[f"test/bias_at_{k}"] == pytest.approx(np.where(seen, 2 * male - 1, 0.0))
+        assert own.metrics[f"test/gendered_share_at_{k}"] == pytest.approx(gendered.mean())
+        pooled = (male * gendered)[seen].sum() / gendered.sum()  # Σ N_male / Σ N_gendered
+        assert own.metrics[f"test/male_share_at_{k}"] == pytest.approx(pooled)
+        interval = own.intervals[f"test/male_share_at_{k}"]
+        assert 0.0 <= interval.low <= interval.value <= interval.high <= 1.0
     with pytest.raises(ValueError, match=r"--bias-classes: unknown \['unicorn'\]"):
         evaluate(replace(config, bias_classes=("unicorn",)), local_encoder(model), model=model)
 
@@ -178,9 +198,12 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     listed = mlflow.search_runs(experiment_names=["xmr/eval/toyworld"], output_format="list")
     runs = {run.info.run_name: run for run in listed}
     frame = comparison.frame.set_index("metric")
-    per_class = {f"test/bias_at_{k}_{c}" for c in ("cup", "bicycle") for k in (1, 5, 10)}
+    bias = ("bias", "gendered_share", "male_share")
+    per_class = {
+        f"test/{m}_at_{k}_{c}" for c in ("cup", "bicycle") for m in bias for k in (1, 5, 10)
+    }
     assert set(frame.index) == per_class | {
-        f"test/{m}_at_{k}" for m in ("recall_i2t", "recall_t2i", "bias") for k in (1, 5, 10)
+        f"test/{m}_at_{k}" for m in ("recall_i2t", "recall_t2i", *bias) for k in (1, 5, 10)
     }
     for metric, row in frame.iterrows():
         assert row["first"] == pytest.approx(runs["seed0"].data.metrics[metric])
@@ -190,6 +213,9 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
         assert row["significant"] == (not row["ci_low"] <= 0 <= row["ci_high"])
     only = paired_comparison("seed0", "seed1", ["test/bias_at_10"], tracking_uri=uri)
     assert list(only.frame["metric"]) == ["test/bias_at_10"]
+    # a male share is compared with the gendered share that weighs it
+    share = paired_comparison("seed0", "seed1", ["test/male_share_at_5"], tracking_uri=uri)
+    assert list(share.frame["metric"]) == ["test/gendered_share_at_5", "test/male_share_at_5"]
     # a query is named with its text, so another world with the same image ids is told apart
     sets = logged_per_query(runs["seed0"].info.run_id, tracking_uri=uri)
     records = read_dataset("toyworld", tiny_world, "test")

@@ -15,6 +15,7 @@ from xmr.tune import SpaceError
 from xmr.tune.space import parse_space
 
 HIGHER, LOWER, TOWARD_ZERO = Direction.HIGHER, Direction.LOWER, Direction.TOWARD_ZERO
+NONE = Direction.NONE
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,9 @@ HIGHER, LOWER, TOWARD_ZERO = Direction.HIGHER, Direction.LOWER, Direction.TOWARD
         ("test/bias_at_10_cup", TOWARD_ZERO),  # over the queries that mention a class
         ("final/test/bias_at_1_sports_ball", TOWARD_ZERO),
         ("similarity_bias", TOWARD_ZERO),
+        ("test/gendered_share_at_10", NONE),  # Bias@K's diagnostics: no value is better
+        ("final/test/male_share_at_1", NONE),
+        ("test/male_share_at_10_sports_ball", NONE),
     ],
 )
 def test_every_metric_xmr_logs_declares_its_direction(name: str, direction: Direction) -> None:
@@ -51,6 +55,7 @@ def test_every_metric_xmr_logs_declares_its_direction(name: str, direction: Dire
         "test/recall_at_10x",
         "data/images",
         "test/bias_at_10_ci_low",  # an interval's end is not a metric to judge
+        "test/male_share_at_10_ci_high",
     ],
 )
 def test_an_unknown_metric_is_refused_not_guessed(name: str) -> None:
@@ -66,7 +71,18 @@ def test_signed_metrics_are_judged_by_their_size() -> None:
     assert LOWER.better(0.1, than=0.2) and LOWER.judged(-1.0) == -1.0 and LOWER.mode == "min"
     assert HIGHER.mode == "max" and not HIGHER.signed
     assert not any(d.better(math.nan, than=0.0) for d in Direction)
-    assert [d.symbol for d in Direction] == ["↑", "↓", "→0"]
+    assert [d.symbol for d in Direction] == ["↑", "↓", "→0", "·"]
+
+
+def test_a_diagnostic_is_never_better_and_never_optimised() -> None:
+    assert not NONE.better(0.9, than=0.1) and not NONE.better(0.1, than=0.9)
+    assert not NONE.judges and not NONE.signed and HIGHER.judges and TOWARD_ZERO.judges
+    with pytest.raises(ValueError, match="diagnostic metric has no better value"):
+        NONE.mode  # noqa: B018
+    with pytest.raises(SpaceError, match=r"'test/male_share_at_10': give its mode .*diagnostic"):
+        _space(metrics=[{"name": "test/male_share_at_10"}])
+    stated = _space(metrics=[{"name": "test/gendered_share_at_10", "mode": "max"}]).metrics[0]
+    assert (stated.mode, stated.abs) == ("max", False)
 
 
 def test_reading_a_direction_loads_no_torch() -> None:
@@ -154,13 +170,15 @@ def test_the_eval_report_labels_each_row_with_its_direction(tmp_path: Path) -> N
     from xmr.eval.report import metrics_table
     from xmr.eval.score import EvalResult
 
-    metrics = {"test/recall_i2t_at_1": 0.25, "test/odmap_at_1": 0.5, "test/bias_at_1": -0.125}
+    metrics = {"test/recall_i2t_at_1": 0.25, "test/odmap_at_1": 0.5, "test/bias_at_1": -0.125,
+               "test/gendered_share_at_1": 0.4, "test/male_share_at_1": 0.4375}  # fmt: skip
     result = EvalResult(metrics, {}, [], {}, tmp_path)
     console = Console(record=True, width=80)
     console.print(metrics_table(result, (1,)))
     rows = [line.split("│")[1:3] for line in console.export_text().splitlines() if "│" in line]
     cells = {label.strip(): value.strip() for label, value in rows}
-    assert cells == {"Recall i2t ↑": "25.0", "ODmAP ↑": "50.0", "Bias →0": "-0.125"}
+    assert cells == {"Recall i2t ↑": "25.0", "ODmAP ↑": "50.0", "Bias →0": "-0.125",
+                     "Gendered share ·": "0.400", "Male share ·": "0.438"}  # fmt: skip
 
 
 def test_the_best_checkpoint_is_chosen_by_the_summed_recall_in_percent() -> None:

@@ -12,11 +12,16 @@ from xmr.metrics import (
     Ranking,
     bias_at_k,
     gender_bias,
+    gendered_share_at_k,
+    male_share_at_k,
     map_at_k,
     odmap_at_k,
     rank,
     recall_at_k,
     similarity_bias,
+    top_k_genders,
+    weight_metric,
+    weighted_mean,
 )
 from xmr.metrics.arrays import as_numpy
 from xmr.metrics.average_precision import average_precision_at_k
@@ -261,6 +266,55 @@ def test_bias_at_k_is_signed_and_breaks_ties_by_index():
     tied = np.zeros((1, 10))  # every image ties: ranked 0..9
     assert bias_at_k(tied, genders, ks=(10,)) == pytest.approx({10: -0.4})
     assert bias_at_k(rank(tied, 10), genders, ks=(1,)) == pytest.approx({1: -1.0})
+
+
+def test_the_shares_count_the_top_k_by_hand():
+    """Gallery of 6: images 0, 1 male, 2 female, 3..5 neutral. Query 0 ranks 0 1 2 3 4 5, query 1
+    ranks 5 4 3 2 1 0 (only neutral images in its top 3), query 2 ties everywhere (index order,
+    like query 0)."""
+    genders = ["male", "male", "female", "neutral", "neutral", "neutral"]
+    scores = np.stack([-np.arange(6.0), np.arange(6.0), np.zeros(6)])
+    ks = (1, 2, 3, 4, 6, 9)
+    # N_male, N_female of each query's top K: q0 and q2 (1,0) (2,0) (2,1) (2,1) (2,1) (2,1);
+    # q1 (0,0) (0,0) (0,0) (0,1) (2,1) (2,1).
+    gendered = {
+        1: [1, 0, 1],
+        2: [1, 0, 1],
+        3: [1, 0, 1],
+        4: [3 / 4, 1 / 4, 3 / 4],
+        6: [1 / 2] * 3,
+        9: [1 / 2] * 3,
+    }  # fmt: skip  K = 9 > N: the whole gallery, 3 / 6
+    assert gendered_share_at_k(scores, genders, ks) == pytest.approx(
+        {k: np.mean(v) for k, v in gendered.items()}
+    )
+    # pooled over the queries: K=1..2 only men were seen; K=3: 4 of 4 + 2 = 4/6; K=4: 4 / 7
+    assert male_share_at_k(scores, genders, ks) == pytest.approx(
+        {1: 1.0, 2: 1.0, 3: 4 / 6, 4: 4 / 7, 6: 6 / 9, 9: 6 / 9}
+    )
+    # Bias@K is the mean of 2·(male share) − 1 over the queries that see a gendered image, 0
+    # elsewhere: query 1's zeros dilute it while the male share does not move.
+    assert bias_at_k(scores, genders, (1, 3)) == pytest.approx({1: 2 / 3, 3: (1 / 3 + 1 / 3) / 3})
+    counts = top_k_genders(scores, genders, (3, 9))
+    assert counts[9].depth == 6 and counts[3].depth == 3
+    np.testing.assert_array_equal(counts[3].male_shares(), [2 / 3, np.nan, 2 / 3])
+    np.testing.assert_array_equal(counts[3].gendered_shares(), [1.0, 0.0, 1.0])
+    # the pooled share is the mean of the queries' shares weighted by their gendered shares
+    for k, c in top_k_genders(scores, genders, ks).items():
+        by_weight = weighted_mean(c.male_shares(), c.gendered_shares())
+        assert by_weight == pytest.approx(male_share_at_k(scores, genders, (k,))[k])
+    assert weight_metric("val/male_share_at_3") == "val/gendered_share_at_3"
+    assert weight_metric("val/gendered_share_at_3") is None
+
+
+def test_a_gallery_without_a_gendered_image_has_no_male_share():
+    genders = ["neutral"] * 4
+    assert np.isnan(male_share_at_k(by_index(2, 4), genders, (2,))[2])
+    assert gendered_share_at_k(by_index(2, 4), genders, (2,)) == {2: 0.0}
+    assert bias_at_k(by_index(2, 4), genders, (2,)) == {2: 0.0}
+    assert np.isnan(weighted_mean(np.array([np.nan, 0.5]), np.array([0.0, 0.0])))
+    with pytest.raises(ValueError, match=r"\(2,\) values for \(3,\) weights"):
+        weighted_mean(np.zeros(2), np.zeros(3))
 
 
 def test_gender_codes_are_one_numbering_for_labels_and_codes():

@@ -44,7 +44,10 @@ def test_the_shipped_spaces_load() -> None:
     fair = load_space("fair_alpha")
     assert fair.command == "train" and fair.params["fair_alpha"].values[0] == 0.0
     assert fair.pareto == (("test/recall_t2i_at_10", "test/bias_at_10"),)
+    shares = ("test/gendered_share_at_10", "test/male_share_at_10")  # Bias@10's diagnostics
+    assert fair.diagnostics == shares and fair.recorded[-2:] == shares
     clip = load_space("clip_m")
+    assert clip.diagnostics == shares
     assert clip.command == "eval" and clip.fixed["mi_split"] == "train"
     ratio = load_space("synth_ratio")
     assert ratio.pareto == (("test/recall_t2i_at_1", "test/odmap_at_1"),)
@@ -102,6 +105,8 @@ _VALID = {
         ({"fixed": {"epochs": 2}, "params": {"epochs": {"grid": [1, 2]}}}, "both fixed and swept"),
         ({"command": "eval", "params": {"arch": {"grid": ["a"]}}}, "encodes the data once"),
         ({"trials": 3}, "unknown keys ['trials']"),
+        ({"diagnostics": "test/male_share_at_10"}, "`diagnostics` is a list of metric names"),
+        ({"diagnostics": ["test/bias_at_10"]}, "both in `metrics` and in `diagnostics`"),
     ],
 )
 def test_a_bad_space_is_refused_with_what_is_wrong(
@@ -232,6 +237,8 @@ def test_pareto_ties_pair_the_trials_runs_query_by_query(tmp_path: Path) -> None
     rows.append(("m=96", "", 0.2, -0.15))  # between m=64 and m=0, no per-query values
     columns = ["run_name", "mlflow_run_id", "test/recall_t2i_at_10", "test/bias_at_10"]
     frame = pd.DataFrame(rows, columns=columns)
+    frame["test/gendered_share_at_10"] = [0.4, 0.42, 0.2, 0.3]  # the second panel's
+    frame["test/male_share_at_10"] = [0.7, 0.71, 0.6, 0.4]
     x = Objective("test/recall_t2i_at_10", "max")
     y = Objective("test/bias_at_10", "min", abs=True)
     cache: dict = {}
@@ -245,6 +252,13 @@ def test_pareto_ties_pair_the_trials_runs_query_by_query(tmp_path: Path) -> None
     assert front_line(frame[x.name].to_numpy(), front, ties, names) == "m=64; m=96; m=0 ≈ m=8"
     with Image.open(png) as image:
         assert image.format == "PNG" and image.width > 300
+        width = image.width
+    shares = ["test/gendered_share_at_10", "test/male_share_at_10"]
+    again = plot_pareto(frame, x, y, labels=names, path=png, title="m", ties=ties,
+                        diagnostics=shares)  # fmt: skip
+    np.testing.assert_array_equal(again, front)  # the second panel judges nothing
+    with Image.open(png) as image:
+        assert image.width > 1.5 * width  # a second panel beside the front
 
 
 # --- sweeps ----------------------------------------------------------------------------------
@@ -281,6 +295,7 @@ def _clip_space(path: Path, world: Path, ms: list[int]) -> Path:
                     {"name": "test/recall_t2i_at_10", "mode": "max"},
                 ],
                 "pareto": [["test/recall_t2i_at_10", "test/bias_at_10"]],
+                "diagnostics": ["test/gendered_share_at_10", "test/male_share_at_10"],
                 "resources": {"cpus": 1},
             }
         )
@@ -349,6 +364,8 @@ def test_a_clip_sweep_logs_parent_children_and_pareto_and_survives_a_failed_tria
         assert image.format == "PNG" and image.width > 300
     trials = pd.read_csv(client.download_artifacts(parent.info.run_id, "trials.csv", str(folder)))
     assert len(trials) == 4 and sorted(trials["status"]) == ["FAILED", *["FINISHED"] * 3]
+    finished_shares = trials[trials.status == "FINISHED"]["test/gendered_share_at_10"]
+    assert finished_shares.between(0, 1).all()  # the diagnostics are recorded beside the metrics
     best = json.loads(
         Path(
             client.download_artifacts(parent.info.run_id, "best_config.json", str(folder))

@@ -23,6 +23,12 @@ A paired comparison of two models on the same queries resamples the per-query *d
 interval is much narrower than comparing two unpaired intervals. A difference whose interval
 excludes 0 is significant at ``1 − confidence`` (two-sided).
 
+A few metrics are weighted means over queries (:mod:`xmr.metrics.weighting`: Bias@K's male
+share, weighted by each query's gendered share). Each resample then takes the ratio of the
+resampled sums of ``w·x`` and ``w``, and a paired difference is that of the two runs' ratios
+over the same drawn queries (the bootstrap of a ratio estimator, Efron & Tibshirani 1993,
+§10.3).
+
 Everything is seeded: the same values, seed and resample count give the same interval. The
 defaults (:data:`RESAMPLES`, :data:`CONFIDENCE`, :data:`SEED`) are declared here only: every
 interval xmr reports (an evaluation's, ``xmr compare``'s, a job's change, a sweep's Pareto
@@ -35,6 +41,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from xmr.metrics.weighting import weight_metric, weighted_mean
 
 RESAMPLES = 1000
 """Bootstrap resamples by default. At this count a 95 % interval's endpoints move by about 2 % of
@@ -135,6 +143,18 @@ def bootstrap_stratified_means(
     return means.reshape((resamples, *data.shape[1:]))
 
 
+def metric_values(values: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Each metric's value from its per-query values: the mean over queries, or for a weighted
+    metric (:func:`xmr.metrics.weighting.weight_metric`: Bias@K's ``male_share_at_K``) the
+    weighted mean by its weighing metric's values in ``values`` (NaN when they are all 0)."""
+    out = {}
+    for name in values:
+        column = np.asarray(values[name], dtype=np.float64).ravel()
+        weight = _weight_of(values, name)
+        out[name] = float(column.mean()) if weight is None else weighted_mean(column, weight)
+    return out
+
+
 def mean_intervals(
     values: Mapping[str, np.ndarray],
     *,
@@ -147,7 +167,9 @@ def mean_intervals(
 
     Args:
         values: metric name -> ``[Q]`` per-query values, the same ``Q`` queries for all (one
-            draw of queries resamples them all).
+            draw of queries resamples them all). A weighted metric
+            (:func:`~xmr.metrics.weighting.weight_metric`) needs its weighing metric here too;
+            its value and each resample's are weighted means (a ratio of the resampled sums).
         strata: ``[Q]`` each query's stratum, resampled within it
             (:func:`bootstrap_stratified_means`); None: one stratum.
         resamples: bootstrap resamples.
@@ -157,23 +179,9 @@ def mean_intervals(
     Returns:
         metric name -> :class:`Interval`, in the order of ``values``.
     """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if not values:
-        return {}
-    names = list(values)
-    columns = [np.asarray(values[name], dtype=np.float64).ravel() for name in names]
-    sizes = {name: len(column) for name, column in zip(names, columns, strict=True)}
-    if len(set(sizes.values())) > 1:
-        raise ValueError(f"metrics of one query set need as many values each, got {sizes}")
-    table = np.stack(columns, axis=1)
-    means = bootstrap_stratified_means(table, strata, resamples, seed)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail], axis=0)
-    return {  # the value: each column's own mean, bit for bit what the metric reports
-        name: Interval(float(column.mean()), float(low[n]), float(high[n]))
-        for n, (name, column) in enumerate(zip(names, columns, strict=True))
-    }
+    terms = {name: [(1.0, *_ratio_parts(values, name))] for name in values}
+    points = metric_values(values)
+    return _intervals(terms, points, strata, resamples, confidence, seed)
 
 
 def paired_intervals(
@@ -194,11 +202,13 @@ def paired_intervals(
             queries' of both, resampled within them for both alike).
 
     Returns:
-        metric name -> :class:`Interval` of the mean difference (positive: ``second`` higher).
+        metric name -> :class:`Interval` of the mean difference (positive: ``second`` higher);
+        of a weighted metric, the difference of the two weighted means, each resample's drawn
+        from the same queries for both.
     """
-    shared = [name for name in first if name in second]
-    differences = {}
-    for name in shared:
+    terms: dict[str, list[tuple[float, np.ndarray, np.ndarray | None]]] = {}
+    points: dict[str, float] = {}
+    for name in [name for name in first if name in second]:
         a = np.asarray(first[name], dtype=np.float64).ravel()
         b = np.asarray(second[name], dtype=np.float64).ravel()
         if a.shape != b.shape:
@@ -206,10 +216,84 @@ def paired_intervals(
                 f"{name}: {len(a)} and {len(b)} per-query values; a paired comparison needs "
                 "the same queries"
             )
-        differences[name] = b - a
-    return mean_intervals(
-        differences, strata=strata, resamples=resamples, confidence=confidence, seed=seed
-    )
+        if weight_metric(name) is None:  # a mean of differences
+            terms[name] = [(1.0, b - a, None)]
+            points[name] = float((b - a).mean())
+        else:
+            terms[name] = [(-1.0, *_ratio_parts(first, name)), (1.0, *_ratio_parts(second, name))]
+            points[name] = metric_values(second)[name] - metric_values(first)[name]
+    return _intervals(terms, points, strata, resamples, confidence, seed)
+
+
+def _weight_of(values: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
+    """The per-query weights of ``name`` (its weighing metric's values), None for a plain
+    mean; ValueError when they are missing from ``values``."""
+    weight = weight_metric(name)
+    if weight is None:
+        return None
+    if weight not in values:
+        raise ValueError(f"{name} is a mean weighted by {weight}, whose values are not given")
+    return np.asarray(values[weight], dtype=np.float64).ravel()
+
+
+def _ratio_parts(
+    values: Mapping[str, np.ndarray], name: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(numerator, denominator)`` ``[Q]`` columns whose means' ratio is ``name``'s value:
+    ``(x, None)`` for a plain mean, ``(w·x, w)`` for a weighted one (0 where ``w`` is 0)."""
+    column = np.asarray(values[name], dtype=np.float64).ravel()
+    weight = _weight_of(values, name)
+    if weight is None:
+        return column, None
+    if weight.shape != column.shape:
+        raise ValueError(f"{name}: {len(column)} values for {len(weight)} weights")
+    return np.where(weight > 0, column * weight, 0.0), weight
+
+
+def _intervals(
+    terms: Mapping[str, list[tuple[float, np.ndarray, np.ndarray | None]]],
+    points: Mapping[str, float],
+    strata: Sequence[Hashable] | None,
+    resamples: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, Interval]:
+    """Each metric's :class:`Interval`: ``points[name]`` and the percentile interval of
+    ``Σ sign · mean(numerator) / mean(denominator)`` over its ``terms`` (no denominator: 1),
+    all columns resampled by one draw of queries. A resample whose denominator is 0 is left
+    out of the quantiles."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not terms:
+        return {}
+    columns: list[np.ndarray] = []
+    for parts in terms.values():
+        for _, numerator, denominator in parts:
+            columns += [numerator] if denominator is None else [numerator, denominator]
+    sizes = {len(column) for column in columns}
+    if len(sizes) > 1:
+        counts = {name: len(parts[0][1]) for name, parts in terms.items()}
+        raise ValueError(f"metrics of one query set need as many values each, got {counts}")
+    means = bootstrap_stratified_means(np.stack(columns, axis=1), strata, resamples, seed)
+    tail = (1.0 - confidence) / 2.0
+    out, column = {}, 0
+    for name, parts in terms.items():
+        estimate = np.zeros(resamples)
+        for sign, _, denominator in parts:
+            if denominator is None:
+                estimate += sign * means[:, column]
+                column += 1
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    estimate += sign * means[:, column] / means[:, column + 1]
+                column += 2
+        finite = estimate[np.isfinite(estimate)]
+        if len(finite):
+            low, high = np.quantile(finite, [tail, 1.0 - tail])
+        else:
+            low = high = float("nan")
+        out[name] = Interval(points[name], float(low), float(high))
+    return out
 
 
 def seeds_and_queries_interval(

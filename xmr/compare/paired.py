@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from xmr.compare.bootstrap import CONFIDENCE, RESAMPLES, SEED, Interval, paired_intervals
+from xmr.compare.bootstrap import (
+    CONFIDENCE,
+    RESAMPLES,
+    SEED,
+    Interval,
+    metric_values,
+    paired_intervals,
+)
 from xmr.compare.per_query import QueryValues, logged_per_query, select_metrics
 from xmr.compare.runs import FINISHED, find_run
 from xmr.tracking import resolve_tracking_uri
@@ -172,9 +179,8 @@ def paired_comparison(
     intervals = paired_differences(
         values[0], values[1], resamples=resamples, confidence=confidence, seed=seed
     )
-    means = [
-        {m: float(v.mean()) for s in sets.values() for m, v in s.values.items()} for sets in values
-    ]
+    means = [{m: v for s in sets.values() for m, v in metric_values(s.values).items()}
+             for sets in values]  # fmt: skip
     frame = pd.DataFrame(
         [
             {

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from xmr.metrics.weighting import weight_metric
 from xmr.tracking import download_artifact
 
 PER_QUERY_FILE = "per_query.parquet"
@@ -63,10 +64,13 @@ class QueryValues:
 def select_metrics(
     sets: Mapping[str, QueryValues], metrics: Collection[str]
 ) -> dict[str, QueryValues]:
-    """The query sets with only the values of ``metrics``; a set left without any is dropped."""
+    """The query sets with only the values of ``metrics`` and of the metrics that weigh them
+    (:func:`~xmr.metrics.weighting.weight_metric`: a male share's gendered share, without
+    which it has no value); a set left without any is dropped."""
+    kept = set(metrics) | {weight for m in metrics if (weight := weight_metric(m)) is not None}
     selected = {
         name: QueryValues(
-            values.keys, {m: v for m, v in values.values.items() if m in metrics}, values.strata
+            values.keys, {m: v for m, v in values.values.items() if m in kept}, values.strata
         )
         for name, values in sets.items()
     }

@@ -33,8 +33,11 @@ DEFAULT_METRICS = (
     "test/recall_t2i_at_10",
     "test/odmap_at_1",
     "test/bias_at_10",
+    "test/gendered_share_at_10",
+    "test/male_share_at_10",
 )
-"""Shown for an experiment when no --metrics are given (those the runs have)."""
+"""Shown for an experiment when no --metrics are given (those the runs have): Bias@10 with its
+two diagnostics (:mod:`xmr.metrics.gender_bias`)."""
 
 IDENTITY_PARAMS = frozenset({"train.name", "data.root", "model.checkpoint"})
 """Params that differ between runs by construction, not by choice: never shown as columns."""

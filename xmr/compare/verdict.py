@@ -20,24 +20,26 @@ SIGNIFICANT = "*"
 
 def verdict(metric: str, first: float, second: float, significant: bool) -> str:
     """Which run is better on ``metric`` by its declared direction (``B better``, ``A nearer
-    0`` for a signed metric, ``B higher`` for one without a direction), or :data:`TIE` when
-    the interval holds 0 (``significant`` False)."""
+    0`` for a signed metric, ``B higher`` for a diagnostic or one without a direction), or
+    :data:`TIE` when the interval holds 0 (``significant`` False)."""
     if not significant:
         return TIE
     direction = find_direction(metric)
-    if direction is None:
+    if direction is None or not direction.judges:
         return "B higher" if second > first else "A higher"
     if direction.signed:
         return "B nearer 0" if abs(second) < abs(first) else "A nearer 0"
     return "B better" if direction.better(second, first) else "A better"
 
 
-def change_verdict(low: float, high: float, better: bool) -> str:
+def change_verdict(low: float, high: float, better: bool | None) -> str:
     """A change's verdict where the runs are not named (a job's conditions): ``better`` or
-    ``worse`` (``better``: the change improves the metric by its direction) when ``[low,
-    high]`` excludes 0, :data:`TIE` when it holds 0."""
+    ``worse`` (``better``: the change improves the metric by its direction; None: a diagnostic,
+    ``changed``) when ``[low, high]`` excludes 0, :data:`TIE` when it holds 0."""
     if low <= 0.0 <= high:
         return TIE
+    if better is None:
+        return "changed"
     return "better" if better else "worse"
 
 

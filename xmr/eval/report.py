@@ -26,14 +26,17 @@ _GROUPS = (
     ("Recall t2i", "recall_t2i_at_"),
     ("ODmAP", "odmap_at_"),
     ("Bias", "bias_at_"),
+    ("Gendered share", "gendered_share_at_"),
+    ("Male share", "male_share_at_"),
 )
 
 
 def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
     """One row per metric family, one column per K, each labelled with its direction
-    (:func:`~xmr.metrics.metric_direction`: ↑ higher is better, →0 closer to 0). Recall and
-    ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with their sign. Each value is
-    followed by its bootstrap interval, ``[low, high]``, when there is one."""
+    (:func:`~xmr.metrics.metric_direction`: ↑ higher is better, →0 closer to 0, · a
+    diagnostic). Recall and ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with
+    their sign; Bias@K's diagnostics (shares in [0, 1]) as they are. Each value is followed by
+    its bootstrap interval, ``[low, high]``, when there is one."""
     table = Table(title="xmr eval")
     table.add_column("metric")
     for k in ks:
@@ -43,7 +46,13 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
         if not names:
             continue
         direction = metric_direction(f"{stem}{min(names)}")
-        fmt, scale = ("{:+.3f}", 1.0) if direction.signed else ("{:.1f}", 100.0)
+        fmt, scale = (
+            ("{:+.3f}", 1.0)
+            if direction.signed
+            else ("{:.3f}", 1.0)
+            if not direction.judges
+            else ("{:.1f}", 100.0)
+        )
 
         def cell(name: str, fmt: str = fmt, scale: float = scale) -> str:
             text = fmt.format(result.metrics[name] * scale)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from xmr.compare.bootstrap import Interval
+from xmr.compare.bootstrap import Interval, metric_values
 from xmr.compare.per_query import QueryValues
 from xmr.data import DataIssue
 from xmr.data.images import load_image
@@ -40,10 +40,10 @@ from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
     Ranking,
-    bias_deltas,
     odmap_per_query,
     odmap_relevance,
     recall_hits,
+    top_k_genders,
 )
 from xmr.models import RetrievalModel, create_model
 from xmr.models.registry import default_rerank_k
@@ -314,15 +314,22 @@ def bias_scores(inputs: ScoringInputs) -> GroupScores:
     """Bias@K (``{split}/bias_at_{K}``) of the gender-neutral caption queries over the images
     of the Bias@K split (``encoded.bias_split``: a ToyWorld's gender split, else the scored
     split) that encoded, and for each of ``encoded.bias_classes`` over the queries that mention
-    it (``{split}/bias_at_{K}_{class}``, spaces as ``_``); how many queries and images of each
-    gender label there are."""
+    it (``{split}/bias_at_{K}_{class}``, spaces as ``_``), each beside its diagnostics
+    ``gendered_share_at_{K}`` and ``male_share_at_{K}`` (:mod:`xmr.metrics.gender_bias`; a
+    set whose top K never holds a gendered image has no male share); how many queries and
+    images of each gender label there are."""
     config, encoded = inputs.config, inputs.encoded
     gallery_len = len(encoded.odmap.gallery) if encoded.odmap else len(encoded.retrieval.captions)
     queries = inputs.text_emb[gallery_len:]  # after the gallery: the Bias@K queries
     ok = np.array([not encoded.image_errors[row] for row in encoded.bias_rows], dtype=bool)
     genders = [g for g, fine in zip(encoded.genders, ok, strict=True) if fine]
     ranking = topk_similarity(queries, inputs.image_emb[encoded.bias_rows[ok]], max(config.ks))
-    deltas = bias_deltas(ranking, genders, config.ks)
+    counts = top_k_genders(ranking, genders, config.ks)
+    per_query = {  # metric stem -> K -> [Q]
+        "bias": {k: c.deltas() for k, c in counts.items()},
+        "gendered_share": {k: c.gendered_shares() for k, c in counts.items()},
+        "male_share": {k: c.male_shares() for k, c in counts.items()},
+    }
     keys = [f"{n}:{text}" for n, text in enumerate(encoded.bias_texts)]
     scores = GroupScores(
         counts={
@@ -339,11 +346,13 @@ def bias_scores(inputs: ScoringInputs) -> GroupScores:
         if not len(rows):
             continue  # no query mentions the class: its Bias@K is undefined
         values = {
-            f"{inputs.prefix}bias_at_{k}{'_' + suffix if suffix else ''}": deltas[k][rows]
+            f"{inputs.prefix}{stem}_at_{k}{'_' + suffix if suffix else ''}": by_k[k][rows]
+            for stem, by_k in per_query.items()
             for k in config.ks
+            if stem != "male_share" or per_query["gendered_share"][k][rows].any()
         }
         scores.per_query[set_name] = QueryValues([keys[i] for i in rows], values)
-        scores.metrics.update({name: float(v.mean()) for name, v in values.items()})
+        scores.metrics.update(metric_values(values))
     return scores
 
 

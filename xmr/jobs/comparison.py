@@ -215,18 +215,19 @@ def comparison_table(
         cells = [f"{metrics[c][row]:.3f}" for c in conditions]
         if len(conditions) > 1:
             first, last = metrics[conditions[0]][row], metrics[conditions[-1]][row]
-            better = direction.better(last, than=first)
+            better = direction.better(last, than=first) if direction.judges else None
             cells.append(_change_cell(last - first, intervals.get(row), better))
         table.add_row(f"{label(row)} {direction.symbol}", *cells)
     return table
 
 
-def _change_cell(change: float, interval: Interval | None, better: bool) -> str:
+def _change_cell(change: float, interval: Interval | None, better: bool | None) -> str:
     """A Δ cell's markup, its verdict in words as well as colour (a log has no colour):
     ``better +0.084 [+0.050, +0.120]`` green (``better``) or ``worse …`` red where the
-    interval excludes 0, ``≈ +0.012 [-0.020, +0.040]`` dim where it holds 0; without an
-    interval, ``+0.050 (no interval)`` green or red by ``better`` alone."""
-    colour = "green" if better else "red"
+    interval excludes 0 (a diagnostic, ``better`` None: ``changed …`` cyan), ``≈ +0.012
+    [-0.020, +0.040]`` dim where it holds 0; without an interval, ``+0.050 (no interval)``
+    coloured by ``better`` alone."""
+    colour = "cyan" if better is None else "green" if better else "red"
     if interval is None:
         return f"[{colour}]{change:+.3f} (no interval)[/{colour}]"
     text = escape(change_text(change, interval.low, interval.high))

@@ -30,6 +30,7 @@ from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
+from xmr.metrics.direction import find_direction
 from xmr.storage import StoragePath, storage_path
 from xmr.train.options import DataChoice, ModelChoice
 from xmr.tune.space import Domain, SearchSpace, load_space
@@ -202,6 +203,7 @@ def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> Step
             path=png,
             title=f"{step}: {len(done)} trials, front in red",
             ties=ties,
+            diagnostics=space.diagnostics,
         )
         table = done.assign(front=front, pareto=front_marks(front, ties, names))
         csv = context.folder / f"{step}_trials.csv"
@@ -216,8 +218,9 @@ def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> Step
 
 
 def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
-    """One table per sweep: each trial's swept value, recall@10 t2i, Bias@10, on the front
-    (``*``; ``* ≈ <trial>``: not distinguishable from that neighbour)."""
+    """One table per sweep: each trial's swept value, recall@10 t2i, Bias@10 and its
+    diagnostics (gendered and male share of the top 10, when the sweep recorded them), on the
+    front (``*``; ``* ≈ <trial>``: not distinguishable from that neighbour)."""
     tables = []
     for step, (_, swept) in SWEEPS.items():
         trials = _read_csv(outcomes["pareto"].outputs[f"{step}_trials"])
@@ -225,13 +228,17 @@ def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
             title=f"{step}: recall–bias trade-off (test split; * on the Pareto front, "
             "≈ not distinguishable from its neighbour)"
         )
-        for column in (swept, "recall t2i@10", "bias@10", "front"):
+        shares = [c for c in trials if (d := find_direction(str(c))) and not d.judges]
+        short = [name.rsplit("/", 1)[-1].replace("_at_", "@") for name in shares]
+        headers = [swept, "recall t2i@10", "bias@10", *short, "front"]
+        for column in headers:
             table.add_column(column, justify="right")
         for _, row in trials.sort_values(swept).iterrows():
             table.add_row(
                 f"{row[swept]:g}",
                 f"{row['test/recall_t2i_at_10']:.3f}",
                 f"{row['test/bias_at_10']:+.3f}",
+                *(f"{row[name]:.3f}" for name in shares),
                 "*" + str(row.get("pareto", "front")).removeprefix("front") if row["front"] else "",
             )
         tables.append(table)

@@ -20,7 +20,15 @@ if TYPE_CHECKING:
         find_direction,
         metric_direction,
     )
-    from xmr.metrics.gender_bias import bias_at_k, bias_deltas, similarity_bias
+    from xmr.metrics.gender_bias import (
+        TopKGenders,
+        bias_at_k,
+        bias_deltas,
+        gendered_share_at_k,
+        male_share_at_k,
+        similarity_bias,
+        top_k_genders,
+    )
     from xmr.metrics.odmap import odmap_at_k, odmap_per_query, odmap_relevance
     from xmr.metrics.power import (
         TRAINED_DELTA_SD,
@@ -30,17 +38,21 @@ if TYPE_CHECKING:
     )
     from xmr.metrics.ranking import Ranking, rank
     from xmr.metrics.recall import recall_at_k, recall_hits, summed_recall
+    from xmr.metrics.weighting import weight_metric, weighted_mean
 
 _MODULE_OF = {  # exported name -> its module
     "TRAINED_DELTA_SD": "power",
     "Direction": "direction",
     "Ranking": "ranking",
+    "TopKGenders": "gender_bias",
     "UnknownMetricError": "direction",
     "bias_at_k": "gender_bias",
     "bias_deltas": "gender_bias",
     "delta_sd": "power",
     "detectable_effect": "power",
     "find_direction": "direction",
+    "gendered_share_at_k": "gender_bias",
+    "male_share_at_k": "gender_bias",
     "map_at_k": "average_precision",
     "metric_direction": "direction",
     "odmap_at_k": "odmap",
@@ -52,18 +64,24 @@ _MODULE_OF = {  # exported name -> its module
     "recall_hits": "recall",
     "similarity_bias": "gender_bias",
     "summed_recall": "recall",
+    "top_k_genders": "gender_bias",
+    "weight_metric": "weighting",
+    "weighted_mean": "weighting",
 }
 
 __all__ = [
     "TRAINED_DELTA_SD",
     "Direction",
     "Ranking",
+    "TopKGenders",
     "UnknownMetricError",
     "bias_at_k",
     "bias_deltas",
     "delta_sd",
     "detectable_effect",
     "find_direction",
+    "gendered_share_at_k",
+    "male_share_at_k",
     "map_at_k",
     "metric_direction",
     "odmap_at_k",
@@ -75,6 +93,9 @@ __all__ = [
     "recall_hits",
     "similarity_bias",
     "summed_recall",
+    "top_k_genders",
+    "weight_metric",
+    "weighted_mean",
 ]
 
 

@@ -11,7 +11,9 @@ name:
 - lower is better: training losses (``loss``, ``loss_itc``, ...);
 - signed, best at 0 and judged by size (compare ``|x|``): Bias@K (gender paper §2.2, in
   [-1, 1], + = towards male; ``bias_at_10_cup``: over the queries that mention a class) and the
-  similarity bias (its Eq. 9).
+  similarity bias (its Eq. 9);
+- none, a diagnostic that explains another metric and is never judged: Bias@K's
+  ``gendered_share_at_K`` and ``male_share_at_K`` (:mod:`xmr.metrics.gender_bias`).
 
 Names are MLflow metric names, with any ``split/`` or ``final/split/`` prefix
 (``test/recall_t2i_at_10``, ``final/test/bias_at_5``, ``val/rsum``, ``train/loss``). A name
@@ -32,16 +34,28 @@ class Direction(Enum):
     HIGHER = "higher is better"
     LOWER = "lower is better"
     TOWARD_ZERO = "closer to 0 is better"  # signed: judged by |value|
+    NONE = "no value is better (a diagnostic)"
 
     @property
     def mode(self) -> str:
-        """``max`` or ``min`` of :meth:`judged` values (Ray Tune's and the sweeps' ``mode``)."""
+        """``max`` or ``min`` of :meth:`judged` values (Ray Tune's and the sweeps' ``mode``).
+
+        Raises ValueError for :attr:`NONE`: a diagnostic is never optimised.
+        """
+        if self is Direction.NONE:
+            raise ValueError("a diagnostic metric has no better value to optimise")
         return "max" if self is Direction.HIGHER else "min"
 
     @property
+    def judges(self) -> bool:
+        """Whether one value can be better than another (False for a diagnostic)."""
+        return self is not Direction.NONE
+
+    @property
     def symbol(self) -> str:
-        """A table's hint: ``↑`` (higher is better), ``↓`` (lower), ``→0`` (closer to 0)."""
-        return {"HIGHER": "↑", "LOWER": "↓", "TOWARD_ZERO": "→0"}[self.name]
+        """A table's hint: ``↑`` (higher is better), ``↓`` (lower), ``→0`` (closer to 0), ``·``
+        (a diagnostic)."""
+        return {"HIGHER": "↑", "LOWER": "↓", "TOWARD_ZERO": "→0", "NONE": "·"}[self.name]
 
     @property
     def signed(self) -> bool:
@@ -53,7 +67,10 @@ class Direction(Enum):
         return abs(value) if self.signed else value
 
     def better(self, value: float, than: float) -> bool:
-        """Whether ``value`` is strictly better than ``than`` (NaN is never better)."""
+        """Whether ``value`` is strictly better than ``than`` (NaN is never better; nothing is
+        better for :attr:`NONE`)."""
+        if self is Direction.NONE:
+            return False
         value, than = self.judged(value), self.judged(than)
         return value > than if self is Direction.HIGHER else value < than
 
@@ -71,6 +88,7 @@ DIRECTIONS: tuple[tuple[str, Direction], ...] = (
     (r"(swap|counter|stereotype)_acc", Direction.HIGHER),  # the ToyWorld binding test
     (r"loss(_\w+)?", Direction.LOWER),
     (r"bias_at_\d+(_(?!ci_)[a-z_]+)?|similarity_bias", Direction.TOWARD_ZERO),  # _cup: a class
+    (r"(gendered|male)_share_at_\d+(_(?!ci_)[a-z_]+)?", Direction.NONE),  # Bias@K's diagnostics
 )
 """(pattern of the name's last ``/`` part, direction): the declaration, in one place."""
 
@@ -100,6 +118,6 @@ def metric_direction(name: str) -> Direction:
             f"metric {name!r}: its direction is not known (xmr.metrics.direction declares "
             "recall_*, odmap_at_*, map_at_*, rsum, sumr, the ARO, SugarCrepe and binding *_acc, "
             "loss*, "
-            "bias_at_*, similarity_bias)"
+            "bias_at_*, similarity_bias; the diagnostics gendered_share_at_*, male_share_at_*)"
         )
     return direction

@@ -1,13 +1,29 @@
-"""Gender bias of text-to-image search (gender-bias paper): Bias@K (§2.2) and similarity bias (§5).
+"""Gender bias of text-to-image search (gender-bias paper): Bias@K (§2.2) and similarity bias (§5),
+with the two shares that tell what moved Bias@K.
 
 Each image has a gender label ``g(v)``: ``"male"`` when it shows only men, ``"female"`` when it
 shows only women, otherwise ``"neutral"``. Positive values skew towards male, negative towards
 female.
+
+Bias@K mixes two things. A query whose top K holds no gendered image scores 0, so more
+neutral images in the top K pull Bias@K towards 0 without any change in how men and women are
+ranked against each other (dilution). The diagnostics separate them:
+
+- ``gendered_share@K`` (:func:`gendered_share_at_k`): the mean over queries of the share of the
+  top K that is gendered, ``(N_male + N_female) / K``;
+- ``male_share@K`` (:func:`male_share_at_k`): of the gendered images in all queries' top K, the
+  share that shows men, ``Σ N_male / Σ (N_male + N_female)`` (0.5: balanced). It is the mean of
+  each query's own male share ``N_male / (N_male + N_female)`` weighted by the query's gendered
+  share, so a query without a gendered image weighs nothing.
+
+Dilution lowers the first and leaves the second; a real rebalancing moves the second towards
+0.5. Neither has a better value (:class:`~xmr.metrics.direction.Direction` ``NONE``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -54,19 +70,59 @@ def gender_codes(
     return out
 
 
-def bias_deltas(
+@dataclass(frozen=True, eq=False)
+class TopKGenders:
+    """How many of each query's top ``depth`` images show men and how many women.
+
+    ``male`` and ``female`` are int64 ``[Q]``; ``depth`` is the number of images counted,
+    ``min(K, N)`` for a gallery of ``N``. Every per-query value of this module derives from them.
+    """
+
+    depth: int
+    male: np.ndarray
+    female: np.ndarray
+
+    @property
+    def gendered(self) -> np.ndarray:
+        """int64 ``[Q]``: gendered images in each query's top K."""
+        return self.male + self.female
+
+    def deltas(self) -> np.ndarray:
+        """float64 ``[Q]`` in [-1, 1]: Δ_K (eq. 2), 0 for a query without a gendered image."""
+        gendered = self.gendered
+        return np.divide(
+            self.male - self.female,
+            gendered,
+            out=np.zeros(len(gendered)),
+            where=gendered > 0,
+            dtype=np.float64,
+        )
+
+    def gendered_shares(self) -> np.ndarray:
+        """float64 ``[Q]`` in [0, 1]: the share of each query's top K that is gendered."""
+        return self.gendered / np.float64(self.depth)
+
+    def male_shares(self) -> np.ndarray:
+        """float64 ``[Q]`` in [0, 1]: the share of men among each query's gendered top-K images,
+        NaN for a query without one (it has no share; its weight, :meth:`gendered_shares`, is 0)."""
+        gendered = self.gendered
+        return np.divide(
+            self.male, gendered, out=np.full(len(gendered), np.nan), where=gendered > 0,
+            dtype=np.float64,
+        )  # fmt: skip
+
+
+def top_k_genders(
     scores: np.ndarray | torch.Tensor | Ranking,
     image_gender: Sequence[str],
     ks: Iterable[int] = tuple(range(1, 11)),
-) -> dict[int, np.ndarray]:
-    """Each query's Δ_K (eq. 2) for each K in ``ks``: ``{K: float64 [Q] in [-1, 1]}``.
+) -> dict[int, TopKGenders]:
+    """``{K: TopKGenders}`` of each query's top K for each K in ``ks``.
 
     ``scores`` is a dense text-to-image ``[Q, N]`` score matrix (higher first, ties to the lower
     image index) or a :class:`Ranking` with at least the top ``max(ks)`` (or all ``N``).
-    ``image_gender[n]`` is ``"male"``, ``"female"`` or ``"neutral"``. Per query,
-    ``Δ_K = (N_male − N_female) / (N_male + N_female)`` over its top K images, 0 when none of them
-    is gendered. A K above ``N`` counts the whole gallery. Bias@K is the mean
-    (:func:`bias_at_k`); its bootstrap resamples these.
+    ``image_gender[n]`` is ``"male"``, ``"female"`` or ``"neutral"`` (or its code). A K above
+    ``N`` counts the whole gallery.
     """
     ks = check_ks(ks)
     ranking = as_ranking(scores, max(ks))
@@ -78,13 +134,23 @@ def bias_deltas(
     n_female = np.cumsum(top == GENDER_CODES["female"], axis=1)
     out = {}
     for k in ks:
-        col = min(k, top.shape[1]) - 1
-        male, female = n_male[:, col], n_female[:, col]
-        gendered = male + female
-        out[k] = np.divide(
-            male - female, gendered, out=np.zeros(len(top)), where=gendered > 0, dtype=np.float64
-        )
+        depth = min(k, top.shape[1])
+        out[k] = TopKGenders(depth, n_male[:, depth - 1], n_female[:, depth - 1])
     return out
+
+
+def bias_deltas(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    image_gender: Sequence[str],
+    ks: Iterable[int] = tuple(range(1, 11)),
+) -> dict[int, np.ndarray]:
+    """Each query's Δ_K (eq. 2) for each K in ``ks``: ``{K: float64 [Q] in [-1, 1]}``.
+
+    Arguments as :func:`top_k_genders`. Per query, ``Δ_K = (N_male − N_female) / (N_male +
+    N_female)`` over its top K images, 0 when none of them is gendered. Bias@K is the mean
+    (:func:`bias_at_k`); its bootstrap resamples these.
+    """
+    return {k: counts.deltas() for k, counts in top_k_genders(scores, image_gender, ks).items()}
 
 
 def bias_at_k(
@@ -95,6 +161,37 @@ def bias_at_k(
     """Bias@K (eq. 2–3) for each K in ``ks``: ``{K: signed mean in [-1, 1]}``, the mean over
     all queries of :func:`bias_deltas` (same arguments), sign kept."""
     return {k: float(delta.mean()) for k, delta in bias_deltas(scores, image_gender, ks).items()}
+
+
+def gendered_share_at_k(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    image_gender: Sequence[str],
+    ks: Iterable[int] = tuple(range(1, 11)),
+) -> dict[int, float]:
+    """``gendered_share@K`` for each K in ``ks``: ``{K: mean in [0, 1]}``, the mean over all
+    queries of the share of their top K images that is gendered (arguments as
+    :func:`top_k_genders`). What dilutes Bias@K: at 0 every query scores Δ_K = 0."""
+    return {
+        k: float(counts.gendered_shares().mean())
+        for k, counts in top_k_genders(scores, image_gender, ks).items()
+    }
+
+
+def male_share_at_k(
+    scores: np.ndarray | torch.Tensor | Ranking,
+    image_gender: Sequence[str],
+    ks: Iterable[int] = tuple(range(1, 11)),
+) -> dict[int, float]:
+    """``male_share@K`` for each K in ``ks``: ``{K: share in [0, 1]}``, the men among all the
+    gendered images of all queries' top K, ``Σ N_male / Σ (N_male + N_female)`` (arguments as
+    :func:`top_k_genders`); NaN when no query's top K holds a gendered image. Equal to the
+    mean of the queries' male shares weighted by their gendered shares (the form the bootstrap
+    resamples: :data:`xmr.metrics.weighting.WEIGHTS`)."""
+    out = {}
+    for k, counts in top_k_genders(scores, image_gender, ks).items():
+        gendered = int(counts.gendered.sum())
+        out[k] = float(counts.male.sum() / gendered) if gendered else float("nan")
+    return out
 
 
 def similarity_bias(

@@ -117,6 +117,7 @@ def log_outcome(
                 path=folder / file,
                 title=f"{name}: {len(plotted)} trials, front in red",
                 ties=ties,
+                diagnostics=space.diagnostics,
             )
             trials.loc[plotted.index, f"pareto_{slug}"] = front_marks(front, ties, names)
             parent.log_artifact(folder / file)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -143,18 +144,22 @@ def plot_pareto(
     path: StoragePath,
     title: str,
     ties: Sequence[tuple[int, int]] = (),
+    diagnostics: Sequence[str] = (),
 ) -> np.ndarray:
     """Scatter of every trial (:func:`objective_values` of ``frame``), the front highlighted and
     its neighbours joined (:func:`front_neighbours`), each point labelled with ``labels[i]``
     (its swept values). Neighbours in ``ties`` (row index pairs: not distinguishable on either
-    metric) are joined by a dashed segment marked ``≈``. Writes a PNG to ``path`` and returns
-    the front, bool ``[N]`` (:func:`pareto_front`)."""
+    metric) are joined by a dashed segment marked ``≈``. ``diagnostics``: columns of ``frame``
+    drawn in a second panel against ``y`` (Bias@K's gendered and male shares: what moved it),
+    each point labelled alike. Writes a PNG to ``path`` and returns the front, bool ``[N]``
+    (:func:`pareto_front`)."""
     values = objective_values(frame, x, y)
     xs, ys = values[:, 0], values[:, 1]
     front = pareto_front(values, (x.mode, y.mode))
     tied = {(min(i, j), max(i, j)) for i, j in ties}
-    fig = Figure(figsize=(9, 5.5))
-    ax = fig.subplots()
+    shown = [name for name in diagnostics if name in frame]
+    fig = Figure(figsize=(15 if shown else 9, 5.5))
+    ax, *others = fig.subplots(1, 2 if shown else 1, squeeze=False)[0]
     ax.scatter(xs[~front], ys[~front], color="0.6", label="dominated", zorder=2)
     ax.scatter(xs[front], ys[front], color="tab:red", label="Pareto front", zorder=3)
     tie_label = f"{TIE} not distinguishable (both paired intervals hold 0)"  # once in the legend
@@ -167,18 +172,44 @@ def plot_pareto(
             middle = ((xs[i] + xs[j]) / 2, (ys[i] + ys[j]) / 2)
             ax.annotate(TIE, middle, textcoords="offset points", xytext=(-4, -14),
                         color="tab:red", fontsize=12, fontweight="bold")  # fmt: skip
-    for xi, yi, label in zip(xs, ys, labels, strict=True):
-        if np.isfinite(xi) and np.isfinite(yi):
-            ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    _label_points(ax, xs, ys, labels)
     ax.set_xlabel(f"{x.label} ({'higher' if x.mode == 'max' else 'lower'} is better)")
     ax.set_ylabel(f"{y.label} ({'higher' if y.mode == 'max' else 'lower'} is better)")
     ax.margins(x=0.25, y=0.1)  # room for the labels
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     ax.set_title(title, fontsize=10)
+    if shown:
+        _plot_diagnostics(others[0], frame, y, shown, labels)
     fig.tight_layout()
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(png.getvalue())  # a local file or an object in a bucket
     return front
+
+
+def _label_points(ax: Any, xs: np.ndarray, ys: np.ndarray, labels: Sequence[str]) -> None:
+    for xi, yi, label in zip(xs, ys, labels, strict=True):
+        if np.isfinite(xi) and np.isfinite(yi):
+            ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(5, 5), fontsize=8)
+
+
+def _plot_diagnostics(
+    ax: Any, frame: pd.DataFrame, y: Objective, names: Sequence[str], labels: Sequence[str]
+) -> None:
+    """Each diagnostic column of ``frame`` against the trials' ``y`` (raw, sign kept), one
+    series each, with the balanced share 0.5 marked when a share is drawn."""
+    against = frame[y.name].to_numpy(dtype=float)
+    for name in names:
+        values = frame[name].to_numpy(dtype=float)
+        ax.plot(against, values, "o", label=name.rsplit("/", 1)[-1], zorder=3)
+        _label_points(ax, against, values, labels)
+    if any("share" in name for name in names):
+        ax.axhline(0.5, color="0.5", linestyle=":", linewidth=1, label="0.5: balanced male share")
+    ax.set_xlabel(y.name)
+    ax.set_ylabel("diagnostic value (no better value)")
+    ax.set_title(f"what moved {y.name.rsplit('/', 1)[-1]}: its diagnostics", fontsize=10)
+    ax.margins(x=0.25, y=0.1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)

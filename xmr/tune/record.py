@@ -57,6 +57,7 @@ def space_yaml(space: SearchSpace) -> str:
         "scheduler": "none" if space.scheduler.name == "none" else space.scheduler.__dict__,
         "metrics": [m.__dict__ for m in space.metrics],
         "pareto": [list(p) for p in space.pareto],
+        **({"diagnostics": list(space.diagnostics)} if space.diagnostics else {}),
         "resources": {"cpus": space.cpus, "gpus": space.gpus},
         "num_samples": space.num_samples,
         "max_concurrent": space.max_concurrent,

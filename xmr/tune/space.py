@@ -13,6 +13,8 @@ A space names the command it sweeps and everything about the sweep::
       - {name: test/bias_at_10, mode: min, abs: true}   # mode, abs: default to the metric's
       - {name: test/recall_t2i_at_10, mode: max}       # direction (xmr.metrics.direction)
     pareto: [[test/recall_t2i_at_10, test/bias_at_10]]   # x, y of each Pareto plot
+    diagnostics: [test/gendered_share_at_10, test/male_share_at_10]  # recorded, never judged:
+                                    # trials.csv columns and a Pareto plot's second panel
     resources: {cpus: 2, gpus: 0}   # per trial
     num_samples: 1                  # grid: repeats of the grid; random/optuna: trials
     base_model: {model: clip}       # eval sweeps: `xmr train` options of the model to evaluate
@@ -66,7 +68,7 @@ OPTION_CLASSES: dict[str, type[TrainOptions] | type[EvalOptions]] = {
 }
 _KEYS = frozenset({
     "description", "command", "fixed", "params", "search", "scheduler", "metrics", "pareto",
-    "resources", "num_samples", "max_concurrent", "base_model",
+    "resources", "num_samples", "max_concurrent", "base_model", "diagnostics",
 })  # fmt: skip
 
 
@@ -127,6 +129,7 @@ class SearchSpace:
     search: str = "grid"
     scheduler: Scheduler = field(default_factory=Scheduler)
     pareto: tuple[tuple[str, str], ...] = ()
+    diagnostics: tuple[str, ...] = ()  # recorded beside the metrics, never judged
     cpus: float = 1.0
     gpus: float = 0.0
     num_samples: int = 1
@@ -139,6 +142,11 @@ class SearchSpace:
     def objective(self) -> Objective:
         """The metric that picks the best trial."""
         return self.metrics[0]
+
+    @property
+    def recorded(self) -> tuple[str, ...]:
+        """Every metric a trial's row holds: :attr:`metrics`' names, then :attr:`diagnostics`."""
+        return (*(m.name for m in self.metrics), *self.diagnostics)
 
     def metric(self, name: str) -> Objective:
         for objective in self.metrics:
@@ -190,6 +198,9 @@ class SearchSpace:
             for name in (x, y):
                 if name not in names:
                     raise SpaceError(f"{where}: pareto metric {name!r} is not in `metrics`")
+        judged = sorted(names & set(self.diagnostics))
+        if judged:
+            raise SpaceError(f"{where}: {judged} both in `metrics` and in `diagnostics`")
         if self.scheduler.name == "asha":
             if self.command != "train":
                 raise SpaceError(f"{where}: the asha scheduler stops training trials; use none")
@@ -354,14 +365,17 @@ def _objective(raw: Any, where: str) -> Objective:
 def _judged(raw: dict, metric: str, where: str) -> tuple[str, bool]:
     """``(mode, abs)`` of ``metric``: as ``raw`` states them, else as declared for it
     (:func:`xmr.metrics.metric_direction`: signed metrics such as Bias@K are ``min`` of ``|x|``).
-    A metric with no declared direction needs its ``mode`` stated."""
+    A metric with no declared direction, or a diagnostic (no value better), needs its ``mode``
+    stated."""
     direction = find_direction(metric)
-    mode = raw.get("mode", direction.mode if direction else None)
+    mode = raw.get("mode", direction.mode if direction and direction.judges else None)
     if mode is None:
-        raise SpaceError(
-            f"{where}: metric {metric!r}: give its mode (max or min); xmr does not know which "
-            "way it is better"
+        why = (
+            "it is a diagnostic, no value of it is better"
+            if direction
+            else "xmr does not know which way it is better"
         )
+        raise SpaceError(f"{where}: metric {metric!r}: give its mode (max or min); {why}")
     if mode not in ("max", "min"):
         raise SpaceError(f"{where}: metric {metric!r}: mode must be max or min")
     return mode, bool(raw.get("abs", direction is not None and direction.signed))
@@ -425,6 +439,9 @@ def parse_space(raw: Any, *, name: str, source: str = "", where: str | None = No
         isinstance(p, list) and len(p) == 2 for p in pareto_raw
     ):
         raise SpaceError(f"{where}: `pareto` is a list of [x metric, y metric] pairs")
+    diagnostics = raw.get("diagnostics") or []
+    if not isinstance(diagnostics, list) or not all(isinstance(d, str) for d in diagnostics):
+        raise SpaceError(f"{where}: `diagnostics` is a list of metric names")
     resources = _mapping(raw.get("resources"), "resources", where)
     unknown = set(resources) - {"cpus", "gpus"}
     if unknown:
@@ -439,6 +456,7 @@ def parse_space(raw: Any, *, name: str, source: str = "", where: str | None = No
         search=search,
         scheduler=_scheduler(raw.get("scheduler"), where),
         pareto=tuple((str(x), str(y)) for x, y in pareto_raw),
+        diagnostics=tuple(diagnostics),
         cpus=float(_number(resources.get("cpus", 1), "resources.cpus", where)),
         gpus=float(_number(resources.get("gpus", 0), "resources.gpus", where)),
         num_samples=int(raw.get("num_samples", 1)),

@@ -335,14 +335,15 @@ def _run_trials(
                 failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
                 # Tune's tables off: a line per trial start and end instead
                 verbose=0,
-                callbacks=[TrialLines(context, [m.name for m in space.metrics], space.trial_count)],
+                callbacks=[TrialLines(context, space.recorded, space.trial_count)],
             ),
         )
     return _trials_frame(space, tuner.fit(), context)
 
 
 def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.DataFrame:
-    """One row per trial: id, child run, status, error, swept values, the space's metrics."""
+    """One row per trial: id, child run, status, error, swept values, the space's metrics and
+    diagnostics."""
     children = {
         run.data.tags.get("xmr.trial_id"): run
         for run in find_runs(
@@ -368,9 +369,9 @@ def _trials_frame(space: SearchSpace, grid: Any, context: SweepContext) -> pd.Da
         }
         for key in space.params:
             row[key] = config.get(key)
-        for objective in space.metrics:
-            value = metrics.get(objective.name)
-            row[objective.name] = float(value) if is_finite_number(value) else math.nan
+        for name in space.recorded:
+            value = metrics.get(name)
+            row[name] = float(value) if is_finite_number(value) else math.nan
         rows.append(row)
     frame = pd.DataFrame(rows)
     if not frame.empty:
