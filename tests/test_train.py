@@ -379,13 +379,21 @@ def test_each_family_trains_and_evaluates(local_ray, small_toyworld, tmp_path, f
     fp32 is what the CLIP, demo and CLI tests run; EI-CLIP trains on two in the EI-CLIP job's
     test). The checkpoint stays float32 and `xmr eval` scores it as the training's own test
     evaluation did."""
+    # VSE++ warms up on the summed hinge for an epoch, then takes the hardest negative
+    warm_up = {"epochs": 2, "max_violation_after": 1} if family == "vsepp" else {"epochs": 1}
     config = resolve_config(
-        family, data=small_toyworld, storage=tmp_path / "runs", epochs=1, batch_size=16,
-        workers=2, precision="bf16", accum_steps=2,
+        family, data=small_toyworld, storage=tmp_path / "runs", batch_size=16,
+        workers=2, precision="bf16", accum_steps=2, **warm_up,
     )  # fmt: skip
     result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     for key in ("train/loss", "test/recall_t2i_at_1", "test/odmap_at_1", "test/bias_at_10"):
         assert np.isfinite(result.metrics[key]), key
+    if family == "vsepp":  # a sum over the batch's 15 negatives, then one negative per row
+        client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        summed, hardest = (
+            m.value for m in client.get_metric_history(result.mlflow_run_id, "train/loss")
+        )
+        assert hardest < summed / 3, (summed, hardest)
     weights = torch.load(result.last_checkpoint, weights_only=True)["model"]
     assert {t.dtype for t in weights.values() if t.is_floating_point()} == {torch.float32}
     spec = ModelSpec.from_checkpoint(result.last_checkpoint)

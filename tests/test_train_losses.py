@@ -17,7 +17,7 @@ from xmr.models.losses import (
     mix_fair,
     triplet_losses,
 )
-from xmr.train.config import OptimConfig
+from xmr.train.config import OptimConfig, resolve_config
 from xmr.train.optim import lr_factor
 
 M, F_, N = GENDER_CODES["male"], GENDER_CODES["female"], GENDER_CODES["neutral"]
@@ -150,6 +150,53 @@ def test_clip_objective_fair_alpha_zero_is_plain_training() -> None:
     assert not torch.isclose(one["loss_t2i"], plain["loss_t2i"])
     one["loss"].backward()
     assert model.module.logit_scale.grad is not None
+
+
+def test_fair_captions_of_gendered_images_leave_person_less_scenes_plain() -> None:
+    """The diagnostic scope: FairSample balances the neutral captions of images with men or
+    women only; a neutral caption of a person-less scene (row 3) keeps its plain loss."""
+    model = create_model("clip", arch="xmr-tiny", seed=0)
+    genders, neutral = [M, F_, M, N, F_, M], [True, True, False, True, True, True]
+    batch = _clip_batch(model, genders, neutral)
+    scoped = LossConfig(fair_alpha=1.0, fair_captions="gendered-images")
+    applies = scoped.fair_applies(torch.tensor(neutral), torch.tensor(genders))
+    assert applies.tolist() == [True, True, False, False, True, True]
+    assert LossConfig().fair_applies(torch.tensor(neutral), torch.tensor(genders)).tolist() == (
+        neutral
+    )
+    image, text = _embeddings(6)
+    ids, gender = torch.arange(6), torch.tensor(genders)
+    _, plain = contrastive_losses(image, text, 10.0, ids)
+    everywhere = fair_contrastive_t2i(image, text, 10.0, ids, gender, torch.tensor(neutral))
+    only = fair_contrastive_t2i(image, text, 10.0, ids, gender, applies)
+    assert torch.equal(only[3], plain[3]) and not torch.isclose(everywhere[3], plain[3])
+    assert torch.equal(only[[0, 1, 4, 5]], everywhere[[0, 1, 4, 5]])
+    configs = (LossConfig(fair_alpha=1.0), scoped)
+    both = [model.objective(config)(batch)["loss_t2i"] for config in configs]
+    assert not torch.isclose(*both)
+    with pytest.raises(ValueError, match="--fair-captions 'persons' is not one of"):
+        LossConfig(fair_captions="persons")
+
+
+def test_the_hardest_negative_waits_for_its_warm_up_epochs() -> None:
+    warm = LossConfig(max_violation=True, max_violation_after=2)
+    assert [warm.for_epoch(e).max_violation for e in range(4)] == [False, False, True, True]
+    assert warm.for_epoch(3) is warm and LossConfig().for_epoch(0) == LossConfig()
+    with pytest.raises(ValueError, match="needs --max-violation"):
+        LossConfig(max_violation=False, max_violation_after=1)
+    with pytest.raises(ValueError, match="max_violation_after must be >= 0"):
+        LossConfig(max_violation_after=-1)
+    # ToyWorld's VSE++ preset sums; a warm-up asks for the hardest negative after it
+    assert not resolve_config("vsepp").loss.max_violation
+    config = resolve_config("vsepp", max_violation_after=3)
+    assert config.loss.max_violation and config.loss.max_violation_after == 3
+    assert resolve_config("vsepp", max_violation=True).loss.max_violation_after == 0
+    # runs named before the new loss fields keep their names (hashes from before them); a
+    # warm-up or the diagnostic scope is another run
+    assert resolve_config("clip").fingerprint() == "88b42893"
+    assert resolve_config("vsepp", max_violation=True).fingerprint() == "6133f671"
+    assert config.fingerprint() != resolve_config("vsepp", max_violation=True).fingerprint()
+    assert resolve_config("clip", fair_captions="gendered-images").fingerprint() != "88b42893"
 
 
 def test_step_schedule_halves_every_two_epochs_after_warmup() -> None:

@@ -385,9 +385,9 @@ class BlipObjective(Objective):
         i2t, t2i = contrastive_losses(image, text, scale, image_ids)
         fair = None
         if self.loss.fair_alpha > 0:
-            fair = fair_contrastive_t2i(
-                image, text, scale, image_ids, rows["image_gender"], rows["caption_neutral"]
-            )
+            gender = rows["image_gender"]
+            fair_rows = self.loss.fair_applies(rows["caption_neutral"], gender)
+            fair = fair_contrastive_t2i(image, text, scale, image_ids, gender, fair_rows)
         itc = (i2t.mean() + mix_fair(t2i, fair, self.loss.fair_alpha).mean()) / 2
         if self.loss.itm_weight != 0:
             itm = self._itm_loss(

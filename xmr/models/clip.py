@@ -90,9 +90,9 @@ class ClipObjective(Objective):
         i2t, t2i = contrastive_losses(image, text, scale, image_ids)
         fair = None
         if self.loss.fair_alpha > 0:
-            fair = fair_contrastive_t2i(
-                image, text, scale, image_ids, rows["image_gender"], rows["caption_neutral"]
-            )
+            gender = rows["image_gender"]
+            fair_rows = self.loss.fair_applies(rows["caption_neutral"], gender)
+            fair = fair_contrastive_t2i(image, text, scale, image_ids, gender, fair_rows)
         t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
         loss = (i2t.mean() + t2i.mean()) / 2
         return {"loss": loss, "loss_i2t": i2t.mean().detach(), "loss_t2i": t2i.mean().detach()}

@@ -349,7 +349,8 @@ class EiClipObjective(Objective):
         i2t, t2i = contrastive_losses(image, text, scale, ids)
         fair = None
         if self.loss.fair_alpha > 0:
-            fair = fair_contrastive_t2i(image, text, scale, ids, gender, neutral)
+            fair_rows = self.loss.fair_applies(neutral, gender)
+            fair = fair_contrastive_t2i(image, text, scale, ids, gender, fair_rows)
         t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
         return (i2t.mean() + t2i.mean()) / 2
 

@@ -21,13 +21,18 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ParamSpec, TypeVar
 
 import torch
 import torch.nn.functional as F
 
 from xmr.metrics.gender_bias import GENDER_CODES
+
+FAIR_CAPTIONS = ("neutral", "gendered-images")
+"""Which captions FairSample balances: ``neutral``, every gender-neutral caption (eq. 6);
+``gendered-images``, a diagnostic, not a method: only the neutral captions of images that show
+men or women, so that captions of person-less scenes keep their plain negatives."""
 
 
 @dataclass(frozen=True)
@@ -39,16 +44,48 @@ class LossConfig:
         margin: triplet margin γ (VSE++).
         max_violation: hardest negative (VSE++) instead of the sum over negatives.
         itm_weight: weight of BLIP's image-text matching loss next to its contrastive loss.
+        fair_captions: the captions FairSample applies to, one of :data:`FAIR_CAPTIONS`.
+        max_violation_after: with ``max_violation``, the epochs that first sum over negatives
+            (a warm-up: from random weights the hardest negative collapses), the hardest
+            negative from then on (:meth:`for_epoch`).
     """
 
     fair_alpha: float = 0.0
     margin: float = 0.2
     max_violation: bool = True
     itm_weight: float = 1.0
+    fair_captions: str = "neutral"
+    max_violation_after: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fair_alpha <= 1.0:
             raise ValueError(f"fair_alpha must be in [0, 1], got {self.fair_alpha}")
+        if self.fair_captions not in FAIR_CAPTIONS:
+            raise ValueError(
+                f"--fair-captions {self.fair_captions!r} is not one of {', '.join(FAIR_CAPTIONS)}"
+            )
+        if self.max_violation_after < 0:
+            raise ValueError(f"max_violation_after must be >= 0, got {self.max_violation_after}")
+        if self.max_violation_after and not self.max_violation:
+            raise ValueError(
+                "--max-violation-after warms up the hardest negative; it needs --max-violation"
+            )
+
+    def for_epoch(self, epoch: int) -> LossConfig:
+        """The loss of 0-based ``epoch``: summed over negatives during the first
+        ``max_violation_after`` epochs, this config otherwise."""
+        if epoch < self.max_violation_after:
+            return replace(self, max_violation=False, max_violation_after=0)
+        return self
+
+    def fair_applies(
+        self, caption_neutral: torch.Tensor, image_gender: torch.Tensor
+    ) -> torch.Tensor:
+        """``[B]`` bool: the captions whose text->image negatives FairSample balances, from
+        each row's ``[B]`` caption-neutral flag and image gender code (:data:`FAIR_CAPTIONS`)."""
+        if self.fair_captions == "gendered-images":
+            return caption_neutral & (image_gender != GENDER_CODES["neutral"])
+        return caption_neutral
 
     def params(self) -> dict[str, str]:
         return {f"loss.{k}": str(v) for k, v in self.__dict__.items()}

@@ -19,11 +19,15 @@ from torch import nn
 
 from xmr.models.batch import TrainBatch
 from xmr.models.gather import gather_features
+from xmr.models.losses import LossConfig
 
 
 class Objective(nn.Module, ABC):
     """A training loss over the global batch. Subclasses define :meth:`features` and
-    :meth:`loss_from`."""
+    :meth:`loss_from`, reading their settings from ``loss`` at every step (the training loop
+    sets each epoch's: :meth:`~xmr.models.losses.LossConfig.for_epoch`)."""
+
+    loss: LossConfig
 
     @abstractmethod
     def features(self, batch: TrainBatch) -> dict[str, torch.Tensor]:

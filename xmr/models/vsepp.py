@@ -480,7 +480,9 @@ class VseppObjective(Objective):
 
     From random init (the tiny archs, or ``--pretrained none``) the hardest-negative loss tends
     to collapse: every score becomes equal and the loss sticks at ``2·B·margin``. VSE++ trains
-    it from an ImageNet backbone; otherwise warm up with ``max_violation=False`` first.
+    it from an ImageNet backbone; otherwise warm up on the summed loss first
+    (``LossConfig.max_violation_after``, ``xmr train --max-violation-after N``: the training
+    loop sets each epoch's :meth:`~xmr.models.losses.LossConfig.for_epoch` as ``loss``).
     """
 
     def __init__(self, model: VseppNet, loss: LossConfig) -> None:
@@ -496,9 +498,10 @@ class VseppObjective(Objective):
         margin, hardest = self.loss.margin, self.loss.max_violation
         i2t, t2i = triplet_losses(image, text, image_ids, margin=margin, max_violation=hardest)
         if self.loss.fair_alpha > 0:
-            gender, neutral = rows["image_gender"], rows["caption_neutral"]
+            gender = rows["image_gender"]
+            fair_rows = self.loss.fair_applies(rows["caption_neutral"], gender)
             fair = fair_triplet_t2i(
-                image, text, image_ids, gender, neutral, margin=margin, max_violation=hardest
+                image, text, image_ids, gender, fair_rows, margin=margin, max_violation=hardest
             )
             t2i = mix_fair(t2i, fair, self.loss.fair_alpha)
         loss_i2t, loss_t2i = i2t.sum(), t2i.sum()

@@ -208,12 +208,16 @@ class TrainConfig:
         """Hash of what decides the trained weights (not where or how fast it runs).
 
         ``hard_negatives`` enters only when off, ``synth_only`` only when on, ``precision``
-        only when not fp32, ``steps`` only when set (then ``epochs``, which follows from
+        only when not fp32, the loss's ``fair_captions`` and ``max_violation_after`` only when
+        not their defaults, ``steps`` only when set (then ``epochs``, which follows from
         it, does not) and ``convergence`` only when set (with ``eval_every``, which decides
         where it stops), so runs named before the flags existed keep their names. ``seeded``
         False: without the seed, the hash of a group of runs over seeds (``--seeds``).
         """
         keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
+        for key, default in (("fair_captions", "neutral"), ("max_violation_after", 0)):
+            if keep["loss"].get(key) == default:  # runs named before these loss fields
+                del keep["loss"][key]
         if self.convergence is None:
             del keep["convergence"]
         else:
@@ -316,7 +320,9 @@ def resolve_config(
     batch_size: int | None = None,
     lr: float | None = None,
     fair_alpha: float = 0.0,
+    fair_captions: str = "neutral",
     max_violation: bool | None = None,
+    max_violation_after: int = 0,
     dataset: str = "toyworld",
     **fields: Any,
 ) -> TrainConfig:
@@ -357,13 +363,19 @@ def resolve_config(
         init,
     )
     optim = defaults.optim if lr is None else replace(defaults.optim, lr=lr)
-    violation = defaults.max_violation if max_violation is None else max_violation
+    if max_violation is None:  # a warm-up asks for the hardest negative after it
+        max_violation = True if max_violation_after else defaults.max_violation
     if dataset == "fashiongen":  # its test set is not public: the papers test on validation
         fields.setdefault("eval_split", "validation")
         fields.setdefault("test_split", "validation")
     return TrainConfig(
         model=spec,
-        loss=LossConfig(fair_alpha=fair_alpha, max_violation=violation),
+        loss=LossConfig(
+            fair_alpha=fair_alpha,
+            max_violation=max_violation,
+            fair_captions=fair_captions,
+            max_violation_after=max_violation_after,
+        ),
         epochs=defaults.epochs if epochs is None else epochs,
         steps=steps,
         convergence=convergence,

@@ -203,6 +203,7 @@ def train_loop(loop_config: dict[str, Any]) -> None:
         # this worker's share of the epoch's slots (every worker gets as many)
         per_worker = slots_of_steps(config, epoch_steps) // context.get_world_size()
         seed_everything(config.seed * 100_003 + epoch * 1_009 + rank)  # dropout, sampling
+        _unwrap(objective).loss = config.loss.for_epoch(epoch)  # VSE++: summed, then hardest
         objective.train()
         pair_rows = [0, 0]  # rows of a hard-negative pair, those batched with their partner
         bar = (
@@ -356,9 +357,17 @@ def _counting_pairs(
 
 
 def _epoch_label(epoch: int, config: TrainConfig) -> str:
-    """``epoch 3/8``, or ``epoch 3/≤30`` for a run that stops when it converges."""
+    """``epoch 3/8``, or ``epoch 3/≤30`` for a run that stops when it converges; during a
+    hardest-negative warm-up, ``epoch 1/8 (summed negatives: warm-up)``.
+
+    >>> from xmr.train.config import resolve_config
+    >>> _epoch_label(0, resolve_config("vsepp", max_violation_after=2, epochs=8))
+    'epoch 1/8 (summed negatives: warm-up)'
+    """
     cap = "≤" if config.convergence is not None else ""
-    return f"epoch {epoch + 1}/{cap}{config.epochs}"
+    loss = config.loss
+    warm = " (summed negatives: warm-up)" if epoch < loss.max_violation_after else ""
+    return f"epoch {epoch + 1}/{cap}{config.epochs}{warm}"
 
 
 def _epoch_progress(style: str, steps: int, desc: str) -> tqdm | ProgressLines:

@@ -92,6 +92,23 @@ class TrainOptions(TrainChoice):
     fair_alpha: float = option(
         0.0, "FairSample weight α in [0, 1] (0: plain training).", ge=0, le=1
     )
+    fair_captions: str = option(
+        "neutral",
+        "The captions FairSample balances: neutral (eq. 6: every gender-neutral caption) | "
+        "gendered-images (a diagnostic: only those of images showing men or women; "
+        "person-less scenes keep their plain negatives).",
+    )
+    max_violation: bool | None = option(
+        None,
+        "VSE++: the hardest negative of the batch (--no-max-violation: the sum over "
+        "negatives; default: the family's, ToyWorld's VSE++ preset sums).",
+    )
+    max_violation_after: int = option(
+        0,
+        "VSE++: sum over negatives for the first N epochs, then the hardest negative (a "
+        "warm-up: from random weights the hardest collapses); implies --max-violation.",
+        ge=0,
+    )
     patience: int | None = option(
         None, "--epochs auto: evaluations without a gain before it stops (default: 3).", ge=1
     )
