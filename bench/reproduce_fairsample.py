@@ -1,0 +1,440 @@
+"""What FairSample does (gender paper §3.1, eq. 6): the experiments behind
+docs/results/fairsample.md, each a prediction of the fixed point measured against its control.
+
+With negatives drawn from a distribution q, InfoNCE's optimal critic is log p(v|c) / q(v).
+Plain in-batch training draws q = p(v); FairSample draws a gender-neutral caption's negatives
+half from the batch's men and half from its women, which adds log(π_m / π_f) to every male
+image's score against a female one's (π: the genders' shares of the training images). So it
+raises the majority's exposure and changes nothing when men and women are equally common.
+
+Items (``--items``):
+
+- ``rescore`` (issue 34, item 2): α = 0, 0.4, 1 on the default world (3 training seeds).
+  Bias@10, ``gendered_share@10`` and ``male_share@10`` on the test split (natural: most
+  images show no person) and on the gender split (every image shows men or women): does
+  Bias@K fall through dilution while the male share rises?
+- ``hardest`` (item 3): the paper's regime, VSE++'s hinge on the hardest negative after a
+  summed warm-up (``--max-violation-after``), the ``mostly-men`` and default worlds, α = 0, 0.4,
+  1. Predicted: the male skew rises with α.
+- ``shares`` (item 4): worlds with ``female_share`` 0.25, 0.5 and 0.75 and no linked class,
+  α = 0 and 1: the measured shift of the male share's log-odds against the predicted
+  log(π_m / π_f), in one plot (``--plot``).
+- ``balanced`` (item 5): the default world is balanced, yet α = 1 moves it towards men. The
+  diagnostic variant ``--fair-captions gendered-images`` (FairSample only on the neutral
+  captions of images with men or women; person-less scenes keep their neutral negatives),
+  the share of person-less images among neutral captions' positives, and how each model's
+  text tower places "a person" between "a man" and "a woman".
+
+Every training is a plain ``xmr train`` command line, printed before it runs; reruns reuse
+finished worlds, runs and scores, so the script can be stopped and started again.
+``--available`` trains nothing and reports on what has finished. Each trained model is
+scored in this process, without Ray (what ``xmr eval --checkpoint RUN/last.pt --split test
+--metrics recall,bias --bias-split test`` and ``--bias-split gender_test`` print), and the
+per-query values are kept under ``WORKDIR/scores`` for the paired intervals.
+
+    python bench/reproduce_fairsample.py --workdir xmr-gender
+    python bench/reproduce_fairsample.py --workdir xmr-gender --items shares --seeds 0 --available
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from training_runs import run  # bench/training_runs.py
+
+from xmr.compare.bootstrap import bootstrap_means
+from xmr.compare.paired import paired_differences
+from xmr.compare.per_query import QueryValues, read_per_query, select_metrics, write_per_query
+from xmr.compare.verdict import change_text
+from xmr.data.registry import read_dataset
+from xmr.eval.config import EvalConfig
+from xmr.eval.encode import local_encoder
+from xmr.eval.score import evaluate
+from xmr.models import ModelSpec, create_model
+from xmr.train.data import original_pairs
+from xmr.train.result import RUN_FILE
+
+WORLDS: dict[str, dict] = {
+    "default": {},
+    "mostly-men": {"seed": 4, "gender_bias": [], "female_share": 0.25},
+    "balanced": {"seed": 4, "gender_bias": [], "female_share": 0.5},
+    "mostly-women": {"seed": 4, "gender_bias": [], "female_share": 0.75},
+}
+"""World YAMLs over ``default.yaml``: the default world (cup → woman 0.8, bicycle → man 0.8,
+otherwise a person is a woman w.p. ½) and three worlds that differ only in ``female_share``."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One trained model: its world, a tag naming the condition and its ``xmr train`` flags."""
+
+    world: str
+    tag: str
+    alpha: float
+    flags: tuple[str, ...] = ()
+    family: str = "clip"
+
+    def name(self, seed: int) -> str:
+        return f"gender-{self.world}-{self.tag}-seed{seed}"
+
+
+VSEPP = ("--model", "vsepp", "--max-violation-after")  # + the warm-up epochs
+SCOPED = ("--fair-captions", "gendered-images")
+
+
+def conditions(item: str, vsepp_warm_up: int) -> list[Condition]:
+    """The models item ``item`` compares, its control (α = 0) first in each world."""
+    alphas = {"d": 0.0, "fair0.4": 0.4, "fair1": 1.0}
+    if item == "rescore":
+        return [Condition("default", tag, a) for tag, a in alphas.items()]
+    if item == "shares":
+        return [Condition(w, tag, alphas[tag]) for w in ("mostly-men", "balanced", "mostly-women")
+                for tag in ("d", "fair1")]  # fmt: skip
+    if item == "balanced":
+        return [Condition("default", "d", 0.0), Condition("default", "fair1", 1.0),
+                Condition("default", "fair1-gendered", 1.0, SCOPED)]  # fmt: skip
+    if item == "hardest":
+        flags = (*VSEPP, str(vsepp_warm_up))
+        return [Condition(w, f"vsepp-hard-{tag}", a, flags, "vsepp")
+                for w in ("mostly-men", "default") for tag, a in alphas.items()]  # fmt: skip
+    raise ValueError(item)
+
+
+ITEMS = ("rescore", "shares", "balanced", "hardest")
+SEEDS = {"rescore": (0, 1, 2), "shares": (0, 1), "balanced": (0, 1), "hardest": (0, 1)}
+K = 10
+SPLITS = {"natural": "test", "gender": "gender_test"}
+"""The two rankings a model is scored on: ``natural``, the test split's own images (most
+without a person); ``gender``, the gender split (every image shows men or women)."""
+
+
+@dataclass
+class Scores:
+    """A model's scores on one ranking: metric -> value, and the per-query values by query set."""
+
+    metrics: dict[str, float]
+    sets: dict[str, QueryValues] = field(default_factory=dict)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", nargs="+", choices=ITEMS, default=list(ITEMS))
+    parser.add_argument("--seeds", type=int, nargs="+", help="Training seeds (default: per item).")
+    parser.add_argument("--workdir", type=Path, default=Path("xmr-gender"))
+    parser.add_argument("--epochs", type=int, default=3, help="CLIP's epochs.")
+    parser.add_argument("--vsepp-epochs", type=int, default=8)
+    parser.add_argument("--warm-up", type=int, default=4, help="VSE++'s summed epochs.")
+    parser.add_argument("--cpus-per-worker", type=int, default=2)
+    parser.add_argument("--available", action="store_true", help="Train nothing; report.")
+    parser.add_argument("--plot", type=Path, help="Item shares' plot (default: WORKDIR/...).")
+    args = parser.parse_args()
+
+    workdir = args.workdir.resolve()
+    seeds = {item: tuple(args.seeds) if args.seeds else SEEDS[item] for item in args.items}
+    plan: dict[str, list[Condition]] = {i: conditions(i, args.warm_up) for i in args.items}
+    if not args.available:
+        train_all(workdir, plan, seeds, args)
+    report = Report(workdir)
+    for item in args.items:
+        print(f"\n## {item}\n", flush=True)
+        if item == "rescore":
+            report.rescore(plan[item], seeds[item])
+        elif item == "hardest":
+            report.hardest(plan[item], seeds[item])
+        elif item == "shares":
+            report.shares(plan[item], seeds[item], args.plot or workdir / "fairsample_shares.png")
+        else:
+            report.balanced(plan[item], seeds[item])
+
+
+def train_all(workdir: Path, plan: dict[str, list[Condition]], seeds: dict, args) -> None:
+    """Every model of ``plan``, seed by seed (all items' first seed, then the second...), so
+    that a stopped run has something of every item; a model already trained is skipped."""
+    (workdir / "worlds").mkdir(parents=True, exist_ok=True)
+    xmr = [sys.executable, "-m", "xmr.cli"]
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    for seed in sorted({s for values in seeds.values() for s in values}):
+        done: set[str] = set()
+        for item, todo in plan.items():
+            if seed not in seeds[item]:
+                continue
+            for condition in todo:
+                name = condition.name(seed)
+                if name in done or (workdir / "runs" / name / "last.pt").is_file():
+                    continue
+                done.add(name)
+                world = ensure_world(workdir, condition.world, xmr)
+                epochs = args.vsepp_epochs if condition.family == "vsepp" else args.epochs
+                alpha = ["--fair-alpha", f"{condition.alpha:g}"] if condition.alpha else []
+                run([*xmr, "train", "--epochs", str(epochs), "--seed", str(seed),
+                     "--cpus-per-worker", str(args.cpus_per_worker), *alpha, *condition.flags,
+                     "--data", str(world), "--storage", str(workdir / "runs"),
+                     "--tracking-uri", uri, "--name", name])  # fmt: skip
+
+
+def ensure_world(workdir: Path, name: str, xmr: list[str]) -> Path:
+    """The world ``name`` under ``workdir/worlds``, generated from :data:`WORLDS` if absent."""
+    config = workdir / "worlds" / f"{name}.yaml"
+    world = workdir / "worlds" / name
+    if not (world / "world.json").is_file():
+        config.write_text(yaml.safe_dump(WORLDS[name], sort_keys=False) if WORLDS[name] else "{}\n")
+        run([*xmr, "data", "toyworld", "--config", str(config), "--out", str(world)])
+    return world
+
+
+class Report:
+    """The items' tables, from the trained models' scores (computed once, then read back)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.models: dict[str, object] = {}
+
+    # --- scores -------------------------------------------------------------------------
+
+    def scores(self, condition: Condition, seed: int, ranking: str) -> Scores | None:
+        """The model's :class:`Scores` on ``ranking`` (:data:`SPLITS`), None when it is not
+        trained yet."""
+        name = condition.name(seed)
+        checkpoint = self.workdir / "runs" / name / "last.pt"
+        if not (self.workdir / "runs" / name / RUN_FILE).is_file():  # not finished
+            return None
+        folder = self.workdir / "scores"
+        stem = folder / f"{name}-{ranking}"
+        if not stem.with_suffix(".json").is_file():
+            folder.mkdir(exist_ok=True)
+            print(f"scoring {name} on the {ranking} ranking", flush=True)
+            spec = ModelSpec.from_checkpoint(checkpoint)
+            model = create_model(spec)
+            metrics = ("recall", "bias") if ranking == "natural" else ("bias",)
+            config = EvalConfig(model=spec, dataset="toyworld", split="test", metrics=metrics,
+                                data=self.workdir / "worlds" / condition.world,
+                                bias_split=SPLITS[ranking])  # fmt: skip
+            result = evaluate(config, local_encoder(model), model=model)
+            write_per_query(result.per_query, stem.with_suffix(".parquet"))
+            stem.with_suffix(".json").write_text(json.dumps(result.metrics, indent=1) + "\n")
+        metrics = json.loads(stem.with_suffix(".json").read_text())
+        return Scores(metrics, read_per_query(stem.with_suffix(".parquet")))
+
+    def pairs(
+        self, control: Condition, treated: Condition, seeds: Sequence[int], ranking: str
+    ) -> list[tuple[Scores, Scores]]:
+        """``(control, treated)`` scores of each seed both are trained for."""
+        out = []
+        for seed in seeds:
+            a, b = (self.scores(c, seed, ranking) for c in (control, treated))
+            if a is not None and b is not None:
+                out.append((a, b))
+        return out
+
+    # --- the items ----------------------------------------------------------------------
+
+    def rescore(self, plan: list[Condition], seeds: Sequence[int]) -> None:
+        control = plan[0]
+        names = [f"test/{m}_at_{K}" for m in ("bias", "gendered_share", "male_share")]
+        print(f"CLIP (xmr-tiny, 3 epochs), default world; training seeds {_list(seeds)}. Values: "
+              "the mean over the seeds; changes: one per seed, paired over the same queries, "
+              "95 % interval (* excludes 0).\n")  # fmt: skip
+        print(f"| α | ranking | Bias@{K} | gendered share@{K} | male share@{K} | "
+              f"Δ Bias@{K} | Δ gendered share | Δ male share |")  # fmt: skip
+        print("|---|---|---:|---:|---:|---|---|---|")
+        for condition in plan:
+            for ranking in SPLITS:
+                pairs = self.pairs(control, condition, seeds, ranking)
+                if not pairs:
+                    continue
+                means = [np.mean([b.metrics[n] for _, b in pairs]) for n in names]
+                changes = (
+                    ["(control)"] * 3 if condition is control
+                    else [_changes(pairs, n) for n in names]
+                )  # fmt: skip
+                print(f"| {condition.alpha:g} | {ranking} | {means[0]:+.3f} | {means[1]:.3f} | "
+                      f"{means[2]:.3f} | {' | '.join(changes)} |")  # fmt: skip
+
+    def hardest(self, plan: list[Condition], seeds: Sequence[int]) -> None:
+        bias, male = f"test/bias_at_{K}", f"test/male_share_at_{K}"
+        recall = f"test/recall_t2i_at_{K}"
+        print(f"VSE++ (xmr-tiny-vgg), summed hinge then the hardest negative; training seeds "
+              f"{_list(seeds)}.\n")  # fmt: skip
+        print(f"| world | α | R@{K} t2i | Bias@{K} (gender split) | Δ Bias@{K} vs α = 0 | "
+              f"male share@{K} (natural) | Δ male share (natural) |")  # fmt: skip
+        print("|---|---|---:|---:|---|---:|---|")
+        for world in dict.fromkeys(c.world for c in plan):
+            row = [c for c in plan if c.world == world]
+            for condition in row:
+                gender = self.pairs(row[0], condition, seeds, "gender")
+                natural = self.pairs(row[0], condition, seeds, "natural")
+                if not gender or not natural:
+                    continue
+                control = condition is row[0]
+                print(f"| {world} | {condition.alpha:g} | "
+                      f"{np.mean([b.metrics[recall] for _, b in natural]):.3f} | "
+                      f"{np.mean([b.metrics[bias] for _, b in gender]):+.3f} | "
+                      f"{'(control)' if control else _changes(gender, bias)} | "
+                      f"{np.mean([b.metrics[male] for _, b in natural]):.3f} | "
+                      f"{'(control)' if control else _changes(natural, male)} |")  # fmt: skip
+
+    def shares(self, plan: list[Condition], seeds: Sequence[int], plot: Path) -> None:
+        male = f"test/male_share_at_{K}"
+        print(
+            "CLIP (xmr-tiny, 3 epochs), no linked class; α = 1 against α = 0 on the gender "
+            "split. Predicted: the male share's log-odds move by log(π_m / π_f).\n"
+        )
+        print(f"| world (female_share) | train men / women | predicted log(π_m/π_f) | "
+              f"male share@{K} α = 0 → 1 | measured Δ log-odds [95 %] |")  # fmt: skip
+        print("|---|---:|---:|---|---|")
+        points = []
+        for world in dict.fromkeys(c.world for c in plan):
+            control, treated = (c for c in plan if c.world == world)
+            pairs = self.pairs(control, treated, seeds, "gender")
+            if not pairs:
+                continue
+            men, women = train_genders(self.workdir / "worlds" / world)
+            predicted = math.log(men / women)
+            cells, shifts = [], []
+            for a, b in pairs:
+                shift = logit_shift(a.sets, b.sets, male)
+                shifts.append(shift)
+                cells.append(f"{a.metrics[male]:.3f} → {b.metrics[male]:.3f}")
+            measured = "; ".join(change_text(*s, mark=True) for s in shifts)
+            share = WORLDS[world]["female_share"]
+            print(f"| {world} ({share:g}) | {men} / {women} | {predicted:+.3f} | "
+                  f"{'; '.join(cells)} | {measured} |")  # fmt: skip
+            points += [(world, predicted, *s) for s in shifts]
+        if points:
+            plot_shifts(points, plot)
+            print(f"\nplot: {plot}")
+
+    def balanced(self, plan: list[Condition], seeds: Sequence[int]) -> None:
+        world = self.workdir / "worlds" / plan[0].world
+        persons, neutral_positives = person_less_share(world)
+        print(f"Default world (balanced: {persons}). Of the gender-neutral training captions, "
+              f"{neutral_positives:.3f} describe a person-less image: FairSample takes every "
+              "neutral image out of their negatives.\n")  # fmt: skip
+        classes = [f"test/bias_at_{K}", f"test/bias_at_{K}_cup", f"test/bias_at_{K}_bicycle"]
+        print(
+            f"| model | Bias@{K} all / cup / bicycle (gender split) | Δ all vs D | Δ cup | "
+            "Δ bicycle | text tower: cos(person, man) − cos(person, woman) |"
+        )
+        print("|---|---|---|---|---|---|")
+        control = plan[0]
+        for condition in plan:
+            pairs = self.pairs(control, condition, seeds, "gender")
+            if not pairs:
+                continue
+            levels = " / ".join(
+                f"{np.mean([b.metrics[n] for _, b in pairs]):+.3f}" for n in classes
+            )
+            changes = (
+                ["(control)"] * 3 if condition is control
+                else [_changes(pairs, n) for n in classes]
+            )  # fmt: skip
+            leans = [self.person_lean(condition, seed) for seed in seeds]
+            lean = "; ".join(f"{x:+.3f}" for x in leans if x is not None)
+            label = f"α = {condition.alpha:g}" + (", gendered images only" if condition.flags
+                                                  else "")  # fmt: skip
+            print(f"| {label} | {levels} | {' | '.join(changes)} | {lean} |")
+
+    def person_lean(self, condition: Condition, seed: int) -> float | None:
+        """``cos(t(person), t(man)) − cos(t(person), t(woman))`` of the model's text tower
+        (``t``: the text embedding of "a person", "a man", "a woman"); > 0: nearer the men."""
+        checkpoint = self.workdir / "runs" / condition.name(seed) / "last.pt"
+        if not checkpoint.is_file():
+            return None
+        model = create_model(ModelSpec.from_checkpoint(checkpoint))
+        person, man, woman = np.asarray(model.encode_texts(["a person", "a man", "a woman"]))
+        unit = [v / np.linalg.norm(v) for v in (person, man, woman)]
+        return float(unit[0] @ unit[1] - unit[0] @ unit[2])
+
+
+def _list(seeds: Sequence[int]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
+def _changes(pairs: list[tuple[Scores, Scores]], metric: str) -> str:
+    """Each seed's paired change of ``metric`` (treated − control) with its interval."""
+    cells = []
+    for a, b in pairs:
+        interval = paired_differences(select_metrics(a.sets, [metric]),
+                                      select_metrics(b.sets, [metric]))[metric]  # fmt: skip
+        cells.append(change_text(interval.value, interval.low, interval.high, mark=True))
+    return "; ".join(cells)
+
+
+def logit_shift(
+    first: dict[str, QueryValues], second: dict[str, QueryValues], metric: str
+) -> tuple[float, float, float]:
+    """``logit(share of second) − logit(share of first)`` of the weighted share ``metric``, and
+    its paired percentile bootstrap interval over the queries both scored."""
+    (a,) = select_metrics(first, [metric]).values()
+    (b,) = select_metrics(second, [metric]).values()
+    weight = metric.replace("male_share", "gendered_share")
+    columns = []
+    for values in (a, b):
+        w, x = values.values[weight], values.values[metric]
+        columns += [np.where(w > 0, w * x, 0.0), w]
+    table = np.stack(columns, axis=1)
+    means = np.vstack([table.mean(0), bootstrap_means(table)])  # [1 + resamples, 4]
+    logits = [np.log(means[:, i] / (means[:, i + 1] - means[:, i])) for i in (0, 2)]
+    shift = logits[1] - logits[0]
+    low, high = np.quantile(shift[1:][np.isfinite(shift[1:])], [0.025, 0.975])
+    return float(shift[0]), float(low), float(high)
+
+
+def train_genders(world: Path) -> tuple[int, int]:
+    """Men's and women's images among the world's training images."""
+    pairs = pd.DataFrame(original_pairs(read_dataset("toyworld", world, "train")))
+    images = pairs.drop_duplicates("image_id").image_gender.value_counts()
+    return int(images.get("male", 0)), int(images.get("female", 0))
+
+
+def person_less_share(world: Path) -> tuple[str, float]:
+    """The training images' gender counts (text) and the share of the gender-neutral captions
+    whose image shows no person at all."""
+    records = read_dataset("toyworld", world, "train")
+    persons = {r.image_id: any(o.category == "person" for o in r.objects) for r in records}
+    pairs = pd.DataFrame(original_pairs(records))
+    neutral = pairs[pairs.caption_neutral]
+    share = float((~neutral.image_id.map(persons)).mean())
+    men, women = train_genders(world)
+    return f"{men} men's and {women} women's training images", share
+
+
+def plot_shifts(points: list[tuple[str, float, float, float, float]], path: Path) -> None:
+    """Measured against predicted log-odds shifts, one point per world and seed with its
+    interval, the line the fixed point predicts (measured = predicted) and 0 (no change)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 5))
+    ax = fig.subplots()
+    span = max(1.5, *(abs(p[1]) + 0.3 for p in points))
+    line = np.array([-span, span])
+    ax.plot(line, line, "--", color="tab:red", label="predicted: measured = log(π_m / π_f)")
+    ax.axhline(0.0, color="0.6", linewidth=1, label="no change")
+    for world in dict.fromkeys(p[0] for p in points):
+        mine = [p for p in points if p[0] == world]
+        xs = np.array([p[1] for p in mine]) + np.linspace(-0.03, 0.03, len(mine))
+        ys = np.array([p[2] for p in mine])
+        errors = np.array([[p[2] - p[3] for p in mine], [p[4] - p[2] for p in mine]])
+        ax.errorbar(xs, ys, yerr=errors, fmt="o", capsize=3, label=world)
+    ax.set_xlabel("predicted shift: log(π_m / π_f) of the training images")
+    ax.set_ylabel(f"measured: Δ log-odds of male_share@{K}, α = 1 − α = 0")
+    ax.set_title("FairSample's fixed point on the gender split (95 % paired intervals)",
+                 fontsize=10)  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
