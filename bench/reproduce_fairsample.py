@@ -61,7 +61,7 @@ from xmr.eval.encode import local_encoder
 from xmr.eval.score import evaluate
 from xmr.models import ModelSpec, create_model
 from xmr.train.data import original_pairs
-from xmr.train.result import RUN_FILE
+from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE
 
 WORLDS: dict[str, dict] = {
     "default": {},
@@ -169,7 +169,7 @@ def train_all(workdir: Path, plan: dict[str, list[Condition]], seeds: dict, args
                 continue
             for condition in todo:
                 name = condition.name(seed)
-                if name in done or (workdir / "runs" / name / "last.pt").is_file():
+                if name in done or finished(workdir / "runs" / name):
                     continue
                 done.add(name)
                 world = ensure_world(workdir, condition.world, xmr)
@@ -179,6 +179,13 @@ def train_all(workdir: Path, plan: dict[str, list[Condition]], seeds: dict, args
                      "--cpus-per-worker", str(args.cpus_per_worker), *alpha, *condition.flags,
                      "--data", str(world), "--storage", str(workdir / "runs"),
                      "--tracking-uri", uri, "--name", name])  # fmt: skip
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` finished training (its record holds final metrics; a
+    stopped one is resumed by training it again)."""
+    record = run_dir / RUN_FILE
+    return record.is_file() and FINAL_METRICS_KEY in json.loads(record.read_text())
 
 
 def ensure_world(workdir: Path, name: str, xmr: list[str]) -> Path:
@@ -205,7 +212,7 @@ class Report:
         trained yet."""
         name = condition.name(seed)
         checkpoint = self.workdir / "runs" / name / "last.pt"
-        if not (self.workdir / "runs" / name / RUN_FILE).is_file():  # not finished
+        if not finished(self.workdir / "runs" / name):
             return None
         folder = self.workdir / "scores"
         stem = folder / f"{name}-{ranking}"
@@ -346,10 +353,10 @@ class Report:
     def person_lean(self, condition: Condition, seed: int) -> float | None:
         """``cos(t(person), t(man)) − cos(t(person), t(woman))`` of the model's text tower
         (``t``: the text embedding of "a person", "a man", "a woman"); > 0: nearer the men."""
-        checkpoint = self.workdir / "runs" / condition.name(seed) / "last.pt"
-        if not checkpoint.is_file():
+        run_dir = self.workdir / "runs" / condition.name(seed)
+        if not finished(run_dir):
             return None
-        model = create_model(ModelSpec.from_checkpoint(checkpoint))
+        model = create_model(ModelSpec.from_checkpoint(run_dir / "last.pt"))
         person, man, woman = np.asarray(model.encode_texts(["a person", "a man", "a woman"]))
         unit = [v / np.linalg.norm(v) for v in (person, man, woman)]
         return float(unit[0] @ unit[1] - unit[0] @ unit[2])
