@@ -233,3 +233,38 @@ print(sorted(name for name in sys.modules if name.split(".")[0] == "ray"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_bias_diagnostics_are_compared_as_weighted_shares_without_a_better_side(store) -> None:
+    """Two runs' Bias@10 with its gendered and male shares: run B sees fewer gendered images
+    (dilution) and more men among them. The male share is the pooled Σ male / Σ gendered of
+    each run and its paired difference is of those; the shares get ``B higher`` / ``A
+    higher``, never ``better``."""
+    uri, client = store
+    experiment = client.create_experiment("xmr/eval/toyworld")
+    folder = Path(uri.removeprefix("sqlite:///")).parent
+    gendered = {"A": np.full(20, 0.8), "B": np.tile([0.2, 0.0], 10)}
+    male = {"A": np.tile([0.5, 0.25], 10), "B": np.tile([1.0, np.nan], 10)}
+    for name in ("A", "B"):
+        run_id = client.create_run(experiment, run_name=name).info.run_id
+        delta = np.where(gendered[name] > 0, 2 * np.nan_to_num(male[name]) - 1, 0.0)
+        values = {"test/bias_at_10": delta, "test/gendered_share_at_10": gendered[name],
+                  "test/male_share_at_10": male[name]}  # fmt: skip
+        pooled = np.nansum(gendered[name] * male[name]) / gendered[name].sum()
+        client.log_metric(run_id, "test/male_share_at_10", pooled)
+        path = folder / name / PER_QUERY_FILE
+        path.parent.mkdir(parents=True)
+        client.log_artifact(run_id, str(write_per_query({"bias": QueryValues(QUERIES, values)},
+                                                        path)))  # fmt: skip
+        client.set_terminated(run_id, status="FINISHED")
+    out = folder / "paired.json"
+    result = runner.invoke(app, ["compare", "A", "B", "--tracking-uri", uri, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = {row["metric"]: row for row in json.loads(out.read_text())["metrics"]}
+    share = rows["test/male_share_at_10"]
+    assert (share["first"], share["second"]) == pytest.approx((0.375, 1.0))  # pooled shares
+    assert share["difference"] == pytest.approx(0.625) and share["significant"]
+    assert rows["test/gendered_share_at_10"]["difference"] == pytest.approx(-0.7)
+    lines = {line.split("│")[1].strip(): line for line in result.output.splitlines() if "│" in line}
+    assert "B higher" in lines["male_share_at_10"] and "A higher" in lines["gendered_share_at_10"]
+    assert "better" not in lines["male_share_at_10"]

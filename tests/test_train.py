@@ -386,7 +386,8 @@ def test_each_family_trains_and_evaluates(local_ray, small_toyworld, tmp_path, f
         workers=2, precision="bf16", accum_steps=2, **warm_up,
     )  # fmt: skip
     result = train(config, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    for key in ("train/loss", "test/recall_t2i_at_1", "test/odmap_at_1", "test/bias_at_10"):
+    for key in ("train/loss", "test/recall_t2i_at_1", "test/odmap_at_1", "test/bias_at_10",
+                "test/gendered_share_at_10", "test/male_share_at_10"):  # fmt: skip
         assert np.isfinite(result.metrics[key]), key
     if family == "vsepp":  # a sum over the batch's 15 negatives, then one negative per row
         client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
