@@ -394,9 +394,14 @@ def test_a_clip_sweep_logs_parent_children_and_pareto_and_survives_a_failed_tria
     assert len(client.search_runs([experiment.experiment_id], "")) == 5
     assert {r.info.run_id for r in _children(client, parent)} == {r.info.run_id for r in children}
 
-    shown = CliRunner().invoke(app, ["compare", "--sweep", "small-clip", *args])
+    table = tmp_path / "sweep.json"
+    shown = CliRunner().invoke(
+        app, ["compare", "--sweep", "small-clip", *args, "--json", str(table)]
+    )
     assert shown.exit_code == 0, shown.output
     assert "clip_m=64" in shown.output and "bias_at_10" in shown.output
+    compared = json.loads(table.read_text())["runs"]  # the space's diagnostics among its metrics
+    assert all("test/male_share_at_10" in run for run in compared)
 
 
 def _run_ids_by_trial(db: Path) -> dict[str, tuple[str, str]]:

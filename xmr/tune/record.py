@@ -96,7 +96,7 @@ def parent_run(
             "xmr.command": "tune",
             "xmr.sweep_id": name,
             "xmr.space": space.name,
-            "xmr.metrics": ",".join(m.name for m in space.metrics),
+            "xmr.metrics": ",".join(space.recorded),  # the diagnostics too: `xmr compare --sweep`
             "mlflow.note.content": space.description,
         },
         parent_run_id=job_run_id,
