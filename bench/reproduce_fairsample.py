@@ -203,7 +203,6 @@ class Report:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.models: dict[str, object] = {}
 
     # --- scores -------------------------------------------------------------------------
 
@@ -215,8 +214,8 @@ class Report:
         if not finished(self.workdir / "runs" / name):
             return None
         folder = self.workdir / "scores"
-        stem = folder / f"{name}-{ranking}"
-        if not stem.with_suffix(".json").is_file():
+        scores, values = (folder / f"{name}-{ranking}.{ext}" for ext in ("json", "parquet"))
+        if not scores.is_file():
             folder.mkdir(exist_ok=True)
             print(f"scoring {name} on the {ranking} ranking", flush=True)
             spec = ModelSpec.from_checkpoint(checkpoint)
@@ -226,10 +225,9 @@ class Report:
                                 data=self.workdir / "worlds" / condition.world,
                                 bias_split=SPLITS[ranking])  # fmt: skip
             result = evaluate(config, local_encoder(model), model=model)
-            write_per_query(result.per_query, stem.with_suffix(".parquet"))
-            stem.with_suffix(".json").write_text(json.dumps(result.metrics, indent=1) + "\n")
-        metrics = json.loads(stem.with_suffix(".json").read_text())
-        return Scores(metrics, read_per_query(stem.with_suffix(".parquet")))
+            write_per_query(result.per_query, values)
+            scores.write_text(json.dumps(result.metrics, indent=1) + "\n")
+        return Scores(json.loads(scores.read_text()), read_per_query(values))
 
     def pairs(
         self, control: Condition, treated: Condition, seeds: Sequence[int], ranking: str
