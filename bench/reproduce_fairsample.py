@@ -264,6 +264,34 @@ class Report:
                 print(f"| {condition.alpha:g} | {ranking} | {means[0]:+.3f} | {means[1]:.3f} | "
                       f"{means[2]:.3f} | {' | '.join(changes)} |")  # fmt: skip
 
+        self.by_k(plan, seeds)
+
+    def by_k(self, plan: list[Condition], seeds: Sequence[int]) -> None:
+        """Bias@K and the gendered share at K = 1, 5, 10 on the natural ranking, each α's
+        relative change from α = 0 (the paper's table 2 shape: reductions that shrink with K)."""
+        ks = (1, 5, 10)
+        print("\nThe natural ranking at K = 1, 5, 10 (means over the seeds; in brackets the "
+              "relative change from α = 0):\n")  # fmt: skip
+        print("| α | " + " | ".join(f"Bias@{k}" for k in ks) + " | "
+              + " | ".join(f"gendered share@{k}" for k in ks) + " |")  # fmt: skip
+        print("|---|" + "---:|" * 2 * len(ks))
+        base: dict[str, float] = {}
+        for condition in plan:
+            pairs = self.pairs(plan[0], condition, seeds, "natural")
+            if not pairs:
+                continue
+            cells = []
+            for stem in ("bias", "gendered_share"):
+                for k in ks:
+                    name = f"test/{stem}_at_{k}"
+                    mean = float(np.mean([b.metrics[name] for _, b in pairs]))
+                    base.setdefault(name, mean)
+                    change = "" if condition is plan[0] else f" ({mean / base[name] - 1:+.0%})"
+                    cells.append(
+                        f"{mean:+.3f}{change}" if stem == "bias" else f"{mean:.3f}{change}"
+                    )
+            print(f"| {condition.alpha:g} | " + " | ".join(cells) + " |")
+
     def hardest(self, plan: list[Condition], seeds: Sequence[int]) -> None:
         bias, male = f"test/bias_at_{K}", f"test/male_share_at_{K}"
         recall = f"test/recall_t2i_at_{K}"
