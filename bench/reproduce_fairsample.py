@@ -342,9 +342,9 @@ class Report:
                 cells.append(f"{a.metrics[male]:.3f} → {b.metrics[male]:.3f}")
             measured = "; ".join(change_text(*s, mark=True) for s in shifts)
             moves = [
-                "; ".join(f"{a.metrics[n]:+.3f} → {b.metrics[n]:+.3f}" for a, b in
+                "; ".join(f"{a.metrics[n]:{sign}.3f} → {b.metrics[n]:{sign}.3f}" for a, b in
                           self.pairs(control, treated, seeds, "natural"))
-                for n in natural
+                for n, sign in zip(natural, ("+", "", ""), strict=True)
             ]  # fmt: skip
             share = WORLDS[world]["female_share"]
             print(f"| {world} ({share:g}) | {men} / {women} | {predicted:+.3f} | "
