@@ -458,7 +458,7 @@ def plot_shifts(points: list[tuple[str, float, float, float, float]], path: Path
     ax = fig.subplots()
     span = max(1.5, *(abs(p[1]) + 0.3 for p in points))
     line = np.array([-span, span])
-    ax.plot(line, line, "--", color="tab:red", label="predicted: measured = log(π_m / π_f)")
+    ax.plot(line, line, "--", color="tab:red", label="fixed point: the score shift log(π_m / π_f)")
     ax.axhline(0.0, color="0.6", linewidth=1, label="no change")
     for world in dict.fromkeys(p[0] for p in points):
         mine = [p for p in points if p[0] == world]
