@@ -1,5 +1,7 @@
-"""What FairSample does (gender paper §3.1, eq. 6): the experiments behind
-docs/results/fairsample.md, each a prediction of the fixed point measured against its control.
+"""What FairSample does (gender paper §3.1, eq. 6): its fixed point's predictions, measured.
+
+The experiments behind docs/results/fairsample.md, each measured against its control (the same
+model trained with α = 0, paired over the same queries).
 
 With negatives drawn from a distribution q, InfoNCE's optimal critic is log p(v|c) / q(v).
 Plain in-batch training draws q = p(v); FairSample draws a gender-neutral caption's negatives
@@ -127,7 +129,8 @@ class Scores:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", nargs="+", choices=ITEMS, default=list(ITEMS))
+    parser.add_argument("--items", nargs="+", choices=ITEMS, default=list(ITEMS),
+                        help="The experiments to run (default: all, in this order).")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", help="Training seeds (default: per item).")
     parser.add_argument("--workdir", type=Path, default=Path("xmr-gender"))
     parser.add_argument("--epochs", type=int, default=3, help="CLIP's epochs.")
