@@ -232,6 +232,10 @@ class Report:
             scores.write_text(json.dumps(result.metrics, indent=1) + "\n")
         return Scores(json.loads(scores.read_text()), read_per_query(values))
 
+    def trained(self, plan: list[Condition], seeds: Sequence[int]) -> list[int]:
+        """The seeds of ``seeds`` for which some model of ``plan`` has finished training."""
+        return [s for s in seeds if any(finished(self.workdir / "runs" / c.name(s)) for c in plan)]
+
     def pairs(
         self, control: Condition, treated: Condition, seeds: Sequence[int], ranking: str
     ) -> list[tuple[Scores, Scores]]:
@@ -248,6 +252,7 @@ class Report:
     def rescore(self, plan: list[Condition], seeds: Sequence[int]) -> None:
         control = plan[0]
         names = [f"test/{m}_at_{K}" for m in ("bias", "gendered_share", "male_share")]
+        seeds = self.trained(plan, seeds)
         print(f"CLIP (xmr-tiny, 3 epochs), default world; training seeds {_list(seeds)}. Values: "
               "the mean over the seeds; changes: one per seed, paired over the same queries, "
               "95 % interval (* excludes 0).\n")  # fmt: skip
@@ -298,6 +303,7 @@ class Report:
     def hardest(self, plan: list[Condition], seeds: Sequence[int]) -> None:
         bias, male = f"test/bias_at_{K}", f"test/male_share_at_{K}"
         recall = f"test/recall_t2i_at_{K}"
+        seeds = self.trained(plan, seeds)
         print(f"VSE++ (xmr-tiny-vgg), summed hinge then the hardest negative; training seeds "
               f"{_list(seeds)}.\n")  # fmt: skip
         print(f"| world | α | R@{K} t2i | Bias@{K} (gender split) | Δ Bias@{K} vs α = 0 | "
@@ -320,6 +326,8 @@ class Report:
 
     def shares(self, plan: list[Condition], seeds: Sequence[int], plot: Path) -> None:
         male = f"test/male_share_at_{K}"
+        seeds = self.trained(plan, seeds)
+        print(f"Training seeds {_list(seeds)}.")
         natural = [f"test/{m}_at_{K}" for m in ("bias", "gendered_share", "male_share")]
         print("CLIP (xmr-tiny, 3 epochs), no linked class; α = 1 against α = 0 (one value per "
               "seed). Predicted: on the gender split the male share's log-odds move by "
@@ -358,6 +366,8 @@ class Report:
             print(f"\nplot: {plot}")
 
     def balanced(self, plan: list[Condition], seeds: Sequence[int]) -> None:
+        seeds = self.trained(plan, seeds)
+        print(f"Training seeds {_list(seeds)}.")
         world = self.workdir / "worlds" / plan[0].world
         persons, neutral_positives = person_less_share(world)
         print(f"Default world (balanced: {persons}). Of the gender-neutral training captions, "
