@@ -361,6 +361,10 @@ class Report:
             print(f"| {world} ({share:g}) | {men} / {women} | {predicted:+.3f} | "
                   f"{'; '.join(cells)} | {measured} | {' | '.join(moves)} |")  # fmt: skip
             points += [(world, predicted, *s) for s in shifts]
+        if len({p[1] for p in points}) > 1:
+            slope, offset = np.polyfit([p[1] for p in points], [p[2] for p in points], 1)
+            print(f"\nLeast squares over the worlds and seeds: measured = {offset:+.3f} "
+                  f"{slope:+.3f} · predicted (the fixed point: 0 + 1 · predicted).")  # fmt: skip
         if points:
             plot_shifts(points, plot)
             print(f"\nplot: {plot}")
@@ -479,6 +483,10 @@ def plot_shifts(points: list[tuple[str, float, float, float, float]], path: Path
         ys = np.array([p[2] for p in mine])
         errors = np.array([[p[2] - p[3] for p in mine], [p[4] - p[2] for p in mine]])
         ax.errorbar(xs, ys, yerr=errors, fmt="o", capsize=3, label=world)
+    if len({p[1] for p in points}) > 1:  # the measured slope and the shift at balance
+        slope, offset = np.polyfit([p[1] for p in points], [p[2] for p in points], 1)
+        ax.plot(line, offset + slope * line, ":", color="0.3",
+                label=f"least squares: {offset:+.2f} {slope:+.2f}·log(π_m / π_f)")  # fmt: skip
     ax.set_xlabel("predicted shift: log(π_m / π_f) of the training images")
     ax.set_ylabel(f"measured: Δ log-odds of male_share@{K}, α = 1 − α = 0")
     ax.set_title("FairSample's fixed point on the gender split (95 % paired intervals)",
