@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 import yaml
 from training_runs import run  # bench/training_runs.py
 
@@ -57,11 +58,13 @@ from xmr.compare.bootstrap import bootstrap_means
 from xmr.compare.paired import paired_differences
 from xmr.compare.per_query import QueryValues, read_per_query, select_metrics, write_per_query
 from xmr.compare.verdict import change_text
+from xmr.data.images import load_image
 from xmr.data.registry import read_dataset
 from xmr.eval.config import EvalConfig
 from xmr.eval.encode import local_encoder
+from xmr.eval.protocol import record_gender
 from xmr.eval.score import evaluate
-from xmr.models import ModelSpec, create_model
+from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.train.data import original_pairs
 from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE
 
@@ -378,11 +381,10 @@ class Report:
               f"{neutral_positives:.3f} describe a person-less image: FairSample takes every "
               "neutral image out of their negatives.\n")  # fmt: skip
         classes = [f"test/bias_at_{K}", f"test/bias_at_{K}_cup", f"test/bias_at_{K}_bicycle"]
-        print(
-            f"| model | Bias@{K} all / cup / bicycle (gender split) | Δ all vs D | Δ cup | "
-            "Δ bicycle | text tower: cos(person, man) − cos(person, woman) |"
-        )
-        print("|---|---|---|---|---|---|")
+        print(f"| model | Bias@{K} all / cup / bicycle (gender split) | Δ all vs D | Δ cup | "
+              "Δ bicycle | text tower: cos(person, man) − cos(person, woman) | person-less "
+              "captions: cos to men − to women |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
         control = plan[0]
         for condition in plan:
             pairs = self.pairs(control, condition, seeds, "gender")
@@ -397,20 +399,54 @@ class Report:
             )  # fmt: skip
             leans = [self.person_lean(condition, seed) for seed in seeds]
             lean = "; ".join(f"{x:+.3f}" for x in leans if x is not None)
+            scenes = [self.scene_lean(condition, seed) for seed in seeds]
+            scene = "; ".join(f"{x:+.4f}" for x in scenes if x is not None)
             label = f"α = {condition.alpha:g}" + (", gendered images only" if condition.flags
                                                   else "")  # fmt: skip
-            print(f"| {label} | {levels} | {' | '.join(changes)} | {lean} |")
+            print(f"| {label} | {levels} | {' | '.join(changes)} | {lean} | {scene} |")
 
     def person_lean(self, condition: Condition, seed: int) -> float | None:
         """``cos(t(person), t(man)) − cos(t(person), t(woman))`` of the model's text tower
         (``t``: the text embedding of "a person", "a man", "a woman"); > 0: nearer the men."""
-        run_dir = self.workdir / "runs" / condition.name(seed)
-        if not finished(run_dir):
+        model = _model(self.workdir, condition, seed)
+        if model is None:
             return None
-        model = create_model(ModelSpec.from_checkpoint(run_dir / "last.pt"))
-        person, man, woman = np.asarray(model.encode_texts(["a person", "a man", "a woman"]))
-        unit = [v / np.linalg.norm(v) for v in (person, man, woman)]
-        return float(unit[0] @ unit[1] - unit[0] @ unit[2])
+        person, man, woman = model.encode_texts(["a person", "a man", "a woman"]).cpu().numpy()
+        return float(person @ man - person @ woman)
+
+    def scene_lean(self, condition: Condition, seed: int) -> float | None:
+        """Where the captions of person-less test scenes sit between the sexes: the mean over
+        them of their mean cosine to the gender split's male images minus to its female ones
+        (> 0: nearer the men). FairSample pushes these captions away from the gendered images
+        only, ½ from each sex, where plain training also pushes them from other scenes."""
+        model = _model(self.workdir, condition, seed)
+        if model is None:
+            return None
+        world = self.workdir / "worlds" / condition.world
+        people = read_dataset("toyworld", world, "gender_test")
+        sexes = np.array([record_gender(r) for r in people])
+        pixels = torch.stack([model.preprocess(load_image(r.path)) for r in people])
+        images = model.encode_images(pixels).cpu().numpy()
+        scenes = [
+            caption
+            for record in read_dataset("toyworld", world, "test")
+            if not any(o.category == "person" for o in record.objects)
+            for caption in record.caption_texts
+        ]
+        texts = np.concatenate([model.encode_texts(scenes[i : i + 512]).cpu().numpy()
+                                for i in range(0, len(scenes), 512)])  # fmt: skip
+        similarity = texts @ images.T  # [captions, images]
+        return float(
+            similarity[:, sexes == "male"].mean() - similarity[:, sexes == "female"].mean()
+        )
+
+
+def _model(workdir: Path, condition: Condition, seed: int) -> RetrievalModel | None:
+    """The trained model of ``condition`` and ``seed``, None when it has not finished."""
+    run_dir = workdir / "runs" / condition.name(seed)
+    if not finished(run_dir):
+        return None
+    return create_model(ModelSpec.from_checkpoint(run_dir / "last.pt"))
 
 
 def _list(seeds: Sequence[int]) -> str:
