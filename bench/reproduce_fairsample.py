@@ -304,28 +304,32 @@ class Report:
             print(f"| {condition.alpha:g} | " + " | ".join(cells) + " |")
 
     def hardest(self, plan: list[Condition], seeds: Sequence[int]) -> None:
-        bias, male = f"test/bias_at_{K}", f"test/male_share_at_{K}"
-        recall = f"test/recall_t2i_at_{K}"
+        bias, recall = f"test/bias_at_{K}", f"test/recall_t2i_at_{K}"
+        natural = [f"test/{m}_at_{K}" for m in ("bias", "gendered_share", "male_share")]
         seeds = self.trained(plan, seeds)
         print(f"VSE++ (xmr-tiny-vgg), summed hinge then the hardest negative; training seeds "
-              f"{_list(seeds)}.\n")  # fmt: skip
+              f"{_list(seeds)}. Levels: means over the seeds.\n")  # fmt: skip
         print(f"| world | α | R@{K} t2i | Bias@{K} (gender split) | Δ Bias@{K} vs α = 0 | "
-              f"male share@{K} (natural) | Δ male share (natural) |")  # fmt: skip
-        print("|---|---|---:|---:|---|---:|---|")
+              f"natural: Bias@{K} | natural: gendered share | natural: male share | "
+              "Δ male share (natural) |")  # fmt: skip
+        print("|---|---|---:|---:|---|---:|---:|---:|---|")
         for world in dict.fromkeys(c.world for c in plan):
             row = [c for c in plan if c.world == world]
             for condition in row:
                 gender = self.pairs(row[0], condition, seeds, "gender")
-                natural = self.pairs(row[0], condition, seeds, "natural")
-                if not gender or not natural:
+                plain = self.pairs(row[0], condition, seeds, "natural")
+                if not gender or not plain:
                     continue
                 control = condition is row[0]
+                levels = " | ".join(
+                    f"{np.mean([b.metrics[n] for _, b in plain]):{sign}.3f}"
+                    for n, sign in zip(natural, ("+", "", ""), strict=True)
+                )
                 print(f"| {world} | {condition.alpha:g} | "
-                      f"{np.mean([b.metrics[recall] for _, b in natural]):.3f} | "
+                      f"{np.mean([b.metrics[recall] for _, b in plain]):.3f} | "
                       f"{np.mean([b.metrics[bias] for _, b in gender]):+.3f} | "
-                      f"{'(control)' if control else _changes(gender, bias)} | "
-                      f"{np.mean([b.metrics[male] for _, b in natural]):.3f} | "
-                      f"{'(control)' if control else _changes(natural, male)} |")  # fmt: skip
+                      f"{'(control)' if control else _changes(gender, bias)} | {levels} | "
+                      f"{'(control)' if control else _changes(plain, natural[2])} |")  # fmt: skip
 
     def shares(self, plan: list[Condition], seeds: Sequence[int], plot: Path) -> None:
         male = f"test/male_share_at_{K}"
