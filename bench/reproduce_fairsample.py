@@ -236,8 +236,9 @@ class Report:
         return Scores(json.loads(scores.read_text()), read_per_query(values))
 
     def trained(self, plan: list[Condition], seeds: Sequence[int]) -> list[int]:
-        """The seeds of ``seeds`` for which some model of ``plan`` has finished training."""
-        return [s for s in seeds if any(finished(self.workdir / "runs" / c.name(s)) for c in plan)]
+        """The seeds of ``seeds`` for which every model of ``plan`` has finished training (a
+        table's means and relative changes are over the same seeds in every row)."""
+        return [s for s in seeds if all(finished(self.workdir / "runs" / c.name(s)) for c in plan)]
 
     def pairs(
         self, control: Condition, treated: Condition, seeds: Sequence[int], ranking: str
