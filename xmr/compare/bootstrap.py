@@ -147,12 +147,14 @@ def metric_values(values: Mapping[str, np.ndarray]) -> dict[str, float]:
     """Each metric's value from its per-query values: the mean over queries, or for a weighted
     metric (:func:`xmr.metrics.weighting.weight_metric`: Bias@K's ``male_share_at_K``) the
     weighted mean by its weighing metric's values in ``values`` (NaN when they are all 0)."""
-    out = {}
-    for name in values:
-        column = np.asarray(values[name], dtype=np.float64).ravel()
-        weight = _weight_of(values, name)
-        out[name] = float(column.mean()) if weight is None else weighted_mean(column, weight)
-    return out
+    return {name: _value(values, name) for name in values}
+
+
+def _value(values: Mapping[str, np.ndarray], name: str) -> float:
+    """Metric ``name``'s value from ``values`` (:func:`metric_values`)."""
+    column = np.asarray(values[name], dtype=np.float64).ravel()
+    weight = _weight_of(values, name)
+    return float(column.mean()) if weight is None else weighted_mean(column, weight)
 
 
 def mean_intervals(
@@ -221,7 +223,7 @@ def paired_intervals(
             points[name] = float((b - a).mean())
         else:
             terms[name] = [(-1.0, *_ratio_parts(first, name)), (1.0, *_ratio_parts(second, name))]
-            points[name] = metric_values(second)[name] - metric_values(first)[name]
+            points[name] = _value(second, name) - _value(first, name)
     return _intervals(terms, points, strata, resamples, confidence, seed)
 
 

@@ -46,13 +46,12 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
         if not names:
             continue
         direction = metric_direction(f"{stem}{min(names)}")
-        fmt, scale = (
-            ("{:+.3f}", 1.0)
-            if direction.signed
-            else ("{:.3f}", 1.0)
-            if not direction.judges
-            else ("{:.1f}", 100.0)
-        )
+        if direction.signed:
+            fmt, scale = "{:+.3f}", 1.0
+        elif not direction.judges:  # a share in [0, 1]
+            fmt, scale = "{:.3f}", 1.0
+        else:
+            fmt, scale = "{:.1f}", 100.0
 
         def cell(name: str, fmt: str = fmt, scale: float = scale) -> str:
             text = fmt.format(result.metrics[name] * scale)

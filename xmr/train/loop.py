@@ -365,8 +365,7 @@ def _epoch_label(epoch: int, config: TrainConfig) -> str:
     'epoch 1/8 (summed negatives: warm-up)'
     """
     cap = "≤" if config.convergence is not None else ""
-    loss = config.loss
-    warm = " (summed negatives: warm-up)" if epoch < loss.max_violation_after else ""
+    warm = " (summed negatives: warm-up)" if epoch < config.loss.max_violation_after else ""
     return f"epoch {epoch + 1}/{cap}{config.epochs}{warm}"
 
 
