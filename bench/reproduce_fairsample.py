@@ -64,6 +64,7 @@ from xmr.eval.config import EvalConfig
 from xmr.eval.encode import local_encoder
 from xmr.eval.protocol import record_gender
 from xmr.eval.score import evaluate
+from xmr.metrics import weight_metric
 from xmr.models import ModelSpec, RetrievalModel, create_model
 from xmr.train.data import original_pairs
 from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE
@@ -209,6 +210,8 @@ class Report:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
+        self._scores: dict[tuple[str, str], Scores] = {}  # (run, ranking) -> read once
+        self._models: dict[str, RetrievalModel] = {}  # run -> loaded once
 
     # --- scores -------------------------------------------------------------------------
 
@@ -219,13 +222,15 @@ class Report:
         checkpoint = self.workdir / "runs" / name / "last.pt"
         if not finished(self.workdir / "runs" / name):
             return None
+        if (name, ranking) in self._scores:
+            return self._scores[name, ranking]
         folder = self.workdir / "scores"
         scores, values = (folder / f"{name}-{ranking}.{ext}" for ext in ("json", "parquet"))
         if not scores.is_file():
             folder.mkdir(exist_ok=True)
             print(f"scoring {name} on the {ranking} ranking", flush=True)
+            model = self.model(condition, seed)
             spec = ModelSpec.from_checkpoint(checkpoint)
-            model = create_model(spec)
             metrics = ("recall", "bias") if ranking == "natural" else ("bias",)
             config = EvalConfig(model=spec, dataset="toyworld", split="test", metrics=metrics,
                                 data=self.workdir / "worlds" / condition.world,
@@ -233,7 +238,20 @@ class Report:
             result = evaluate(config, local_encoder(model), model=model)
             write_per_query(result.per_query, values)
             scores.write_text(json.dumps(result.metrics, indent=1) + "\n")
-        return Scores(json.loads(scores.read_text()), read_per_query(values))
+        found = Scores(json.loads(scores.read_text()), read_per_query(values))
+        self._scores[name, ranking] = found
+        return found
+
+    def model(self, condition: Condition, seed: int) -> RetrievalModel | None:
+        """The trained model of ``condition`` and ``seed`` (loaded once), None when it has not
+        finished."""
+        name = condition.name(seed)
+        if name not in self._models:
+            run_dir = self.workdir / "runs" / name
+            if not finished(run_dir):
+                return None
+            self._models[name] = create_model(ModelSpec.from_checkpoint(run_dir / "last.pt"))
+        return self._models[name]
 
     def trained(self, plan: list[Condition], seeds: Sequence[int]) -> list[int]:
         """The seeds of ``seeds`` for which every model of ``plan`` has finished training (a
@@ -352,7 +370,7 @@ class Report:
             pairs = self.pairs(control, treated, seeds, "gender")
             if not pairs:
                 continue
-            men, women = train_genders(self.workdir / "worlds" / world)
+            men, women = train_genders(train_pairs(self.workdir / "worlds" / world))
             predicted = math.log(men / women)
             cells, shifts = [], []
             for a, b in pairs:
@@ -380,10 +398,11 @@ class Report:
     def balanced(self, plan: list[Condition], seeds: Sequence[int]) -> None:
         seeds = self.trained(plan, seeds)
         print(f"Training seeds {_list(seeds)}.")
-        world = self.workdir / "worlds" / plan[0].world
-        persons, neutral_positives = person_less_share(world)
-        print(f"Default world (balanced: {persons}). Of the gender-neutral training captions, "
-              f"{neutral_positives:.3f} describe a person-less image: FairSample takes every "
+        pairs = train_pairs(self.workdir / "worlds" / plan[0].world)
+        men, women = train_genders(pairs)
+        print(f"Default world (balanced: {men} men's and {women} women's training images). Of "
+              f"the gender-neutral training captions, {person_less_share(pairs):.3f} describe a "
+              "person-less image: FairSample takes every "
               "neutral image out of their negatives.\n")  # fmt: skip
         classes = [f"test/bias_at_{K}", f"test/bias_at_{K}_cup", f"test/bias_at_{K}_bicycle"]
         print(f"| model | Bias@{K} all / cup / bicycle (gender split) | Δ all vs D | Δ cup | "
@@ -413,7 +432,7 @@ class Report:
     def person_lean(self, condition: Condition, seed: int) -> float | None:
         """``cos(t(person), t(man)) − cos(t(person), t(woman))`` of the model's text tower
         (``t``: the text embedding of "a person", "a man", "a woman"); > 0: nearer the men."""
-        model = _model(self.workdir, condition, seed)
+        model = self.model(condition, seed)
         if model is None:
             return None
         person, man, woman = model.encode_texts(["a person", "a man", "a woman"]).cpu().numpy()
@@ -424,7 +443,7 @@ class Report:
         them of their mean cosine to the gender split's male images minus to its female ones
         (> 0: nearer the men). FairSample pushes these captions away from the gendered images
         only, ½ from each sex, where plain training also pushes them from other scenes."""
-        model = _model(self.workdir, condition, seed)
+        model = self.model(condition, seed)
         if model is None:
             return None
         world = self.workdir / "worlds" / condition.world
@@ -444,14 +463,6 @@ class Report:
         return float(
             similarity[:, sexes == "male"].mean() - similarity[:, sexes == "female"].mean()
         )
-
-
-def _model(workdir: Path, condition: Condition, seed: int) -> RetrievalModel | None:
-    """The trained model of ``condition`` and ``seed``, None when it has not finished."""
-    run_dir = workdir / "runs" / condition.name(seed)
-    if not finished(run_dir):
-        return None
-    return create_model(ModelSpec.from_checkpoint(run_dir / "last.pt"))
 
 
 def _list(seeds: Sequence[int]) -> str:
@@ -475,7 +486,7 @@ def logit_shift(
     its paired percentile bootstrap interval over the queries both scored."""
     (a,) = select_metrics(first, [metric]).values()
     (b,) = select_metrics(second, [metric]).values()
-    weight = metric.replace("male_share", "gendered_share")
+    weight = weight_metric(metric)
     columns = []
     for values in (a, b):
         w, x = values.values[weight], values.values[metric]
@@ -488,23 +499,24 @@ def logit_shift(
     return float(shift[0]), float(low), float(high)
 
 
-def train_genders(world: Path) -> tuple[int, int]:
-    """Men's and women's images among the world's training images."""
-    pairs = pd.DataFrame(original_pairs(read_dataset("toyworld", world, "train")))
+def train_pairs(world: Path) -> pd.DataFrame:
+    """The world's training pairs (:func:`~xmr.train.data.original_pairs`) with a ``person``
+    column: whether the pair's image shows any person at all."""
+    records = read_dataset("toyworld", world, "train")
+    persons = {r.image_id: any(o.category == "person" for o in r.objects) for r in records}
+    pairs = pd.DataFrame(original_pairs(records))
+    return pairs.assign(person=pairs.image_id.map(persons))
+
+
+def train_genders(pairs: pd.DataFrame) -> tuple[int, int]:
+    """Men's and women's images among the training pairs' images."""
     images = pairs.drop_duplicates("image_id").image_gender.value_counts()
     return int(images.get("male", 0)), int(images.get("female", 0))
 
 
-def person_less_share(world: Path) -> tuple[str, float]:
-    """The training images' gender counts (text) and the share of the gender-neutral captions
-    whose image shows no person at all."""
-    records = read_dataset("toyworld", world, "train")
-    persons = {r.image_id: any(o.category == "person" for o in r.objects) for r in records}
-    pairs = pd.DataFrame(original_pairs(records))
-    neutral = pairs[pairs.caption_neutral]
-    share = float((~neutral.image_id.map(persons)).mean())
-    men, women = train_genders(world)
-    return f"{men} men's and {women} women's training images", share
+def person_less_share(pairs: pd.DataFrame) -> float:
+    """The share of the gender-neutral training captions whose image shows no person."""
+    return float((~pairs[pairs.caption_neutral].person).mean())
 
 
 def plot_shifts(points: list[tuple[str, float, float, float, float]], path: Path) -> None:
