@@ -22,7 +22,7 @@ from xmr.data import read_dataset
 from xmr.eval.config import eval_config
 from xmr.eval.encode import local_encoder
 from xmr.eval.score import evaluate
-from xmr.models import create_model, save_checkpoint
+from xmr.models import check_spec, create_model, save_checkpoint
 from xmr.text import COCO_CLASS_WORDS, mentioned_classes_batch
 
 runner = CliRunner()
@@ -275,6 +275,19 @@ def test_unknown_arch_fails_before_starting_work(tmp_path) -> None:
     result = runner.invoke(app, ["eval", "--arch", "xmr-huge", "--pretrained", "none"])
     assert result.exit_code == 2
     assert "unknown clip arch 'xmr-huge'" in result.output
+
+
+@pytest.mark.parametrize(("family", "arch"), [("vsepp", "xmr-tiny-vgg"), ("blip", "xmr-tiny-blip")])
+def test_a_family_without_an_arch_builds_its_tiny_one(family: str, arch: str) -> None:
+    config = eval_config(model=family)
+    assert (config.model.family, config.model.arch) == (family, arch)
+    check_spec(config.model)  # an architecture the family has
+
+
+def test_an_unknown_family_is_named(tmp_path) -> None:
+    result = runner.invoke(app, ["eval", "--model", "sigclip"])
+    assert result.exit_code == 2
+    assert "unknown model family 'sigclip'" in result.output
 
 
 @pytest.mark.slow

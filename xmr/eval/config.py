@@ -13,7 +13,7 @@ from xmr.debias import MI_ESTIMATORS
 from xmr.eval.options import EvalOptions
 from xmr.fields import check_options, resolve_paths
 from xmr.metrics.ranking import check_ks
-from xmr.models import ModelSpec
+from xmr.models import TINY_ARCHS, ModelSpec
 from xmr.storage import StoragePath, as_path
 
 METRIC_GROUPS = ("recall", "odmap", "bias")
@@ -140,7 +140,8 @@ def eval_config(
 ) -> EvalConfig:
     """An :class:`EvalConfig` from ``xmr eval``'s options (the names of its flags).
 
-    The family and architecture default to the checkpoint's, else ``clip`` / ``xmr-tiny``;
+    The family and architecture default to the checkpoint's, else ``clip`` and the family's
+    tiny architecture (:data:`~xmr.models.TINY_ARCHS`: ``xmr-tiny``, ``xmr-tiny-vgg``...);
     ``pretrained="none"`` (or None) means random init; ``metrics`` and ``bias_classes`` may be
     comma-separated.
     """
@@ -148,9 +149,10 @@ def eval_config(
     if checkpoint is not None and (model is None or arch is None):
         saved = ModelSpec.from_checkpoint(checkpoint)
         model, arch = model or saved.family, arch or saved.arch
+    model = model or "clip"
     spec = ModelSpec(
-        model or "clip",
-        arch or "xmr-tiny",
+        model,
+        arch or TINY_ARCHS.get(model, ""),  # an unknown family is named by check_spec
         None if pretrained in (None, "none") else pretrained,
         checkpoint,
     )

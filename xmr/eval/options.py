@@ -33,7 +33,9 @@ class EvalOptions:
         None, "Model family (see `xmr models`); default: the checkpoint's, or clip."
     )
     arch: str | None = option(
-        None, "Architecture, e.g. ViT-B-32; default: the checkpoint's, or xmr-tiny."
+        None,
+        "Architecture, e.g. ViT-B-32; default: the checkpoint's, or the family's tiny one "
+        "(xmr-tiny, xmr-tiny-vgg, xmr-tiny-blip).",
     )
     pretrained: str = option("none", "Pretrained tag (e.g. openai), or 'none' for random init.")
     checkpoint: StoragePath | None = option(

@@ -15,9 +15,10 @@ from xmr.models.base import (
     read_checkpoint,
     save_checkpoint,
 )
-from xmr.models.registry import check_spec, create_model, list_archs, list_models
+from xmr.models.registry import TINY_ARCHS, check_spec, create_model, list_archs, list_models
 
 __all__ = [
+    "TINY_ARCHS",
     "CheckpointError",
     "Corpus",
     "ModelSpec",

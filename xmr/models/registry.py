@@ -48,6 +48,16 @@ MODEL_FAMILIES: dict[str, str] = {
 }
 
 
+TINY_ARCHS: dict[str, str] = {
+    "blip": "xmr-tiny-blip",
+    "clip": "xmr-tiny",
+    "eiclip": "xmr-tiny",
+    "vsepp": "xmr-tiny-vgg",
+}
+"""Each family's small random-init architecture: what ToyWorld trains on a laptop CPU and
+what ``xmr eval --model FAMILY`` builds when no architecture or checkpoint is given."""
+
+
 def _family(name: str) -> ModelFamily:
     if name not in MODEL_FAMILIES:
         raise ValueError(f"unknown model family {name!r}; choose from {list_models()}")

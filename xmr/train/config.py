@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from xmr.fields import check_options, resolve_paths
-from xmr.models import ModelSpec
+from xmr.models import TINY_ARCHS, ModelSpec
 from xmr.models.losses import LossConfig
 from xmr.storage import StoragePath, storage_path
 from xmr.train.convergence import AUTO, Convergence
@@ -85,12 +85,12 @@ PAPER_DEFAULTS: dict[str, FamilyDefaults] = {
 
 TOYWORLD: dict[str, FamilyDefaults] = {
     "vsepp": FamilyDefaults(
-        "xmr-tiny-vgg", None, 8, 128, OptimConfig("adam", 2e-4), max_violation=False
+        TINY_ARCHS["vsepp"], None, 8, 128, OptimConfig("adam", 2e-4), max_violation=False
     ),
-    "clip": FamilyDefaults("xmr-tiny", None, 8, 128, OptimConfig("adam", 5e-4)),
-    "blip": FamilyDefaults("xmr-tiny-blip", None, 4, 64, OptimConfig("adamw", 2e-4)),
+    "clip": FamilyDefaults(TINY_ARCHS["clip"], None, 8, 128, OptimConfig("adam", 5e-4)),
+    "blip": FamilyDefaults(TINY_ARCHS["blip"], None, 4, 64, OptimConfig("adamw", 2e-4)),
     "eiclip": FamilyDefaults(
-        "xmr-tiny",
+        TINY_ARCHS["eiclip"],
         None,
         8,
         128,
