@@ -59,9 +59,8 @@ def main() -> None:
 
     encoded = encode(config, ray_encoder())  # what `xmr eval` runs: encode, then score
     timings = score(encoded, config).timings
-    texts = (encoded.odmap.gallery if encoded.odmap else encoded.retrieval.captions) + list(
-        encoded.bias_texts
-    )
+    texts = list(encoded.odmap.gallery if encoded.odmap else encoded.retrieval.captions)
+    texts += [text for ranking in encoded.bias for text in ranking.texts]
     queries = list(encoded.image_queries)
 
     t0 = time.perf_counter()

@@ -157,6 +157,14 @@ def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tin
         assert own.metrics[f"test/male_share_at_{k}"] == pytest.approx(pooled)
         interval = own.intervals[f"test/male_share_at_{k}"]
         assert 0.0 <= interval.low <= interval.value <= interval.high <= 1.0
+    # Bias@K ranks the gender split; beside it, the scored split's own images ("natural"):
+    # the same numbers as Bias@K with --bias-split test, under test/natural/.
+    assert result.bias_split == "gender_test" and result.counts["natural_images_neutral"] > 0
+    natural = evaluate(replace(config, bias_split="test"), local_encoder(model), model=model)
+    for name, value in natural.metrics.items():
+        assert result.metrics[name.replace("test/", "test/natural/", 1)] == pytest.approx(value)
+    assert result.per_query["natural_bias_cup"].keys == natural.per_query["bias_cup"].keys
+    assert not any(name.startswith("test/natural/") for name in natural.metrics)
     with pytest.raises(ValueError, match=r"--bias-classes: unknown \['unicorn'\]"):
         evaluate(replace(config, bias_classes=("unicorn",)), local_encoder(model), model=model)
 

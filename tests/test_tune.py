@@ -45,9 +45,10 @@ def test_the_shipped_spaces_load() -> None:
     assert fair.command == "train" and fair.params["fair_alpha"].values[0] == 0.0
     assert fair.pareto == (("test/recall_t2i_at_10", "test/bias_at_10"),)
     shares = ("test/gendered_share_at_10", "test/male_share_at_10")  # Bias@10's diagnostics
-    assert fair.diagnostics == shares and fair.recorded[-2:] == shares
+    natural = tuple(f"test/natural/{m}_at_10" for m in ("bias", "gendered_share", "male_share"))
+    assert fair.diagnostics == (*shares, *natural) and fair.recorded[-5:] == fair.diagnostics
     clip = load_space("clip_m")
-    assert clip.diagnostics == shares
+    assert clip.diagnostics == fair.diagnostics
     assert clip.command == "eval" and clip.fixed["mi_split"] == "train"
     ratio = load_space("synth_ratio")
     assert ratio.pareto == (("test/recall_t2i_at_1", "test/odmap_at_1"),)
@@ -259,6 +260,11 @@ def test_pareto_ties_pair_the_trials_runs_query_by_query(tmp_path: Path) -> None
     np.testing.assert_array_equal(again, front)  # the second panel judges nothing
     with Image.open(png) as image:
         assert image.width > 1.5 * width  # a second panel beside the front
+    frame["test/natural/bias_at_10"] = np.nan  # a dataset with no second ranking: no panel
+    plot_pareto(frame.drop(columns=shares), x, y, labels=names, path=png, title="m",
+                diagnostics=[*shares, "test/natural/bias_at_10"])  # fmt: skip
+    with Image.open(png) as image:
+        assert image.width == width
 
 
 # --- sweeps ----------------------------------------------------------------------------------

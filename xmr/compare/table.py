@@ -35,9 +35,13 @@ DEFAULT_METRICS = (
     "test/bias_at_10",
     "test/gendered_share_at_10",
     "test/male_share_at_10",
+    "test/natural/bias_at_10",
+    "test/natural/gendered_share_at_10",
+    "test/natural/male_share_at_10",
 )
 """Shown for an experiment when no --metrics are given (those the runs have): Bias@10 with its
-two diagnostics (:mod:`xmr.metrics.gender_bias`)."""
+two diagnostics (:mod:`xmr.metrics.gender_bias`), and the same of the test split's own images
+when Bias@K ranks a gender split (``natural/``)."""
 
 IDENTITY_PARAMS = frozenset({"train.name", "data.root", "model.checkpoint"})
 """Params that differ between runs by construction, not by choice: never shown as columns."""

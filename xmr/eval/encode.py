@@ -63,9 +63,8 @@ class EncodedSplit:
     ``image_emb`` ``[len(image_queries), D]`` holds the split's images first, then the ODmAP
     queries, then the images of ``bias_split`` when that is another split; ``text_emb``
     ``[T, D]`` the ODmAP gallery (or the split's captions) followed by the gender-neutral Bias@K
-    queries. Bias@K ranks the images at rows ``bias_rows`` (int ``[B]``, genders ``genders``)
-    for the ``bias_texts``; ``bias_mentions`` are the classes each of them mentions, for the
-    per-class Bias@K of ``bias_classes``. ``mi_emb`` ``[M, D]`` are the images that estimate
+    queries of each of the ``bias`` rankings (:class:`BiasRanking`; none without Bias@K).
+    ``mi_emb`` ``[M, D]`` are the images that estimate
     the mutual information with their ``mi_genders`` (empty unless asked for). Rows that failed
     to encode are zero and have a reason in ``image_errors``.
     """
@@ -75,12 +74,7 @@ class EncodedSplit:
     records: list[ImageRecord]
     retrieval: RetrievalSet
     odmap: ODmAPSet | None
-    bias_split: str
-    bias_texts: list[str]
-    genders: list[str]
-    bias_rows: np.ndarray
-    bias_classes: tuple[str, ...]
-    bias_mentions: list[set[str]]
+    bias: tuple[BiasRanking, ...]
     image_queries: list[ImageQuery]
     image_emb: np.ndarray
     image_errors: list[str]
@@ -90,6 +84,46 @@ class EncodedSplit:
     issues: list[DataIssue]
     timings: dict[str, float]
     device: str
+
+    @property
+    def bias_split(self) -> str:
+        """The split whose images Bias@K ranks (the first ranking's)."""
+        return self.bias[0].split if self.bias else self.config.split
+
+
+@dataclass(frozen=True)
+class BiasRanking:
+    """One ranking Bias@K is measured on: the gender-neutral caption queries ``texts`` (rows
+    ``text_rows``, int ``[Q]``, of :attr:`EncodedSplit.text_emb`) against the images of
+    ``split`` at rows ``image_rows`` (int ``[B]``, genders ``genders``) of
+    :attr:`EncodedSplit.image_emb`; ``mentions``: the classes each query mentions, for the
+    per-class Bias@K of ``classes``.
+
+    ``name`` is ``""`` for Bias@K's own split (``--bias-split``, else a ToyWorld's gender split,
+    else the scored split), and ``"natural"`` for the scored split's own images when Bias@K's
+    split is another: those hold person-less scenes, as COCO's and Flickr30K's test sets do,
+    so Bias@K can fall there through dilution (its ``gendered_share@K``) where the gender
+    split, every image of men or women, cannot. Its metrics are ``{split}/natural/...``.
+    """
+
+    name: str
+    split: str
+    texts: list[str]
+    genders: list[str]
+    image_rows: np.ndarray
+    text_rows: np.ndarray
+    classes: tuple[str, ...]
+    mentions: list[set[str]]
+
+    @property
+    def metric_prefix(self) -> str:
+        """Of its metric names, after ``{split}/``: ``""`` or ``"natural/"``."""
+        return f"{self.name}/" if self.name else ""
+
+    @property
+    def set_prefix(self) -> str:
+        """Of its per-query sets' names: ``""`` (``bias``, ``bias_cup``) or ``"natural_"``."""
+        return f"{self.name}_" if self.name else ""
 
 
 def encode(
@@ -122,22 +156,28 @@ def encode(
         odmap = (
             _odmap_set(config, root, records, issues, design) if "odmap" in config.metrics else None
         )
-        bias = _BiasSet.build(config, bias_split, bias_records, design)
         image_queries = [ImageQuery(r.path) for r in records] + (odmap.queries if odmap else [])
-        if bias.split == config.split:
-            bias_rows = np.arange(len(records))
-        else:
-            bias_rows = np.arange(len(image_queries), len(image_queries) + len(bias.records))
-            image_queries += [ImageQuery(r.path) for r in bias.records]
-        mi_queries = [ImageQuery(r.path) for r in mi_records]
         # The test captions come first in the ODmAP gallery, so they are encoded once.
-        gallery_texts = odmap.gallery if odmap else retrieval.captions
+        texts = list(odmap.gallery if odmap else retrieval.captions)
+        rankings = []
+        if "bias" in config.metrics:
+            sets = [("", bias_split, bias_records)]
+            if bias_split != config.split:
+                sets.append(("natural", config.split, records))
+            for name, split, ranked in sets:
+                if split == config.split:
+                    image_rows = np.arange(len(records))
+                else:
+                    image_rows = np.arange(len(image_queries), len(image_queries) + len(ranked))
+                    image_queries += [ImageQuery(r.path) for r in ranked]
+                ranking = _bias_ranking(config, name, split, ranked, design, image_rows, len(texts))
+                texts += ranking.texts
+                rankings.append(ranking)
+        mi_queries = [ImageQuery(r.path) for r in mi_records]
         timings["prepare_s"] = time.perf_counter() - start
 
         t0 = time.perf_counter()
-        all_emb, all_errors, text_emb = encoder.encode(
-            image_queries + mi_queries, gallery_texts + bias.texts
-        )
+        all_emb, all_errors, text_emb = encoder.encode(image_queries + mi_queries, texts)
         timings["encode_s"] = time.perf_counter() - t0
         timings.update(encoder.timings)
     n_queries = len(image_queries)
@@ -150,38 +190,28 @@ def encode(
             issues.append(DataIssue(str(query.path), error))
     timings["total_s"] = time.perf_counter() - start
     return EncodedSplit(
-        config, storage_path(root), records, retrieval, odmap, bias.split, bias.texts,
-        bias.genders, bias_rows, bias.classes, bias.mentions, image_queries, image_emb,
-        image_errors, text_emb, mi_emb, mi_genders, issues, timings, encoder.device,
+        config, storage_path(root), records, retrieval, odmap, tuple(rankings), image_queries,
+        image_emb, image_errors, text_emb, mi_emb, mi_genders, issues, timings, encoder.device,
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _BiasSet:
-    """Bias@K's inputs: the images it ranks (of ``split``), their gender labels, the
-    gender-neutral caption queries, and the classes each query mentions (for the per-class
-    Bias@K of ``classes``; only worked out when there are some)."""
-
-    split: str
-    records: list[ImageRecord]
-    genders: list[str]
-    texts: list[str]
-    classes: tuple[str, ...]
-    mentions: list[set[str]]
-
-    @classmethod
-    def build(
-        cls, config: EvalConfig, split: str, records: list[ImageRecord], design: GenderDesign
-    ) -> _BiasSet:
-        """The queries of ``split``'s ``records`` (:func:`_bias_records`) and, for the
-        per-class Bias@K, the classes each mentions; empty when ``bias`` is not among the
-        metrics."""
-        if "bias" not in config.metrics:
-            return cls(config.split, [], [], [], (), [])
-        classes = design.classes if config.bias_classes is None else config.bias_classes
-        texts, genders = neutral_queries(records)
-        mentions = caption_mentions(config.dataset, records) if classes else []
-        return cls(split, records, genders, texts, tuple(classes), mentions)
+def _bias_ranking(
+    config: EvalConfig,
+    name: str,
+    split: str,
+    records: list[ImageRecord],
+    design: GenderDesign,
+    image_rows: np.ndarray,
+    first_text_row: int,
+) -> BiasRanking:
+    """The :class:`BiasRanking` ``name`` of ``split``'s ``records`` (at ``image_rows``): their
+    captions made gender-neutral as queries, from row ``first_text_row`` of the encoded texts,
+    and the classes each mentions when there are classes to score."""
+    classes = design.classes if config.bias_classes is None else config.bias_classes
+    texts, genders = neutral_queries(records)
+    mentions = caption_mentions(config.dataset, records) if classes else []
+    text_rows = np.arange(first_text_row, first_text_row + len(texts))
+    return BiasRanking(name, split, texts, genders, image_rows, text_rows, tuple(classes), mentions)
 
 
 def _bias_records(

@@ -36,49 +36,71 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
     (:func:`~xmr.metrics.metric_direction`: ↑ higher is better, →0 closer to 0, · a
     diagnostic). Recall and ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with
     their sign; Bias@K's diagnostics (shares in [0, 1]) as they are. Each value is followed by
-    its bootstrap interval, ``[low, high]``, when there is one."""
+    its bootstrap interval, ``[low, high]``, when there is one. Bias@K of the scored split's own
+    images (``{split}/natural/...``, when Bias@K ranks another split) follows, "(natural)"."""
     table = Table(title="xmr eval")
     table.add_column("metric")
     for k in ks:
         table.add_column(f"@{k}", justify="right")
-    for label, stem in _GROUPS:
-        names = {k: n for n in result.metrics for k in ks if n.endswith(f"/{stem}{k}")}
-        if not names:
-            continue
-        direction = metric_direction(f"{stem}{min(names)}")
-        if direction.signed:
-            fmt, scale = "{:+.3f}", 1.0
-        elif not direction.judges:  # a share in [0, 1]
-            fmt, scale = "{:.3f}", 1.0
-        else:
-            fmt, scale = "{:.1f}", 100.0
-
-        def cell(name: str, fmt: str = fmt, scale: float = scale) -> str:
-            text = fmt.format(result.metrics[name] * scale)
-            interval = result.intervals.get(name)
-            if interval is None:
-                return text
-            low, high = fmt.format(interval.low * scale), fmt.format(interval.high * scale)
-            return f"{text} [dim]{escape(f'[{low}, {high}]')}[/dim]"
-
-        cells = (cell(names[k]) if k in names else "" for k in ks)
-        table.add_row(f"{label} {direction.symbol}", *cells)
-        for suffix in _class_suffixes(result.metrics, stem, ks):
-            per_class = {k: f"{names[k]}_{suffix}" for k in names}
-            cells = (cell(per_class[k]) if per_class.get(k) in result.metrics else "" for k in ks)
-            table.add_row(f"  {suffix.replace('_', ' ')}", *cells)
+    for ranking in ("", "natural"):
+        for label, stem in _GROUPS:
+            names = {
+                k: n
+                for n in result.metrics
+                for k in ks
+                if n.endswith(f"/{stem}{k}") and _ranking(n) == ranking
+            }
+            if names:
+                _add_rows(table, result, ks, names, f"{label} ({ranking})" if ranking else label)
     return table
 
 
-def _class_suffixes(metrics: dict[str, float], stem: str, ks: tuple[int, ...]) -> list[str]:
-    """The classes with a metric of their own (``test/bias_at_10_cup`` -> ``cup``), in order."""
-    suffixes = []
-    for name in metrics:
-        last = name.rsplit("/", 1)[-1]
-        for k in ks:
-            prefix = f"{stem}{k}_"
-            if last.startswith(prefix) and "_ci_" not in last:
-                suffixes.append(last.removeprefix(prefix))
+def _ranking(name: str) -> str:
+    """The Bias@K ranking a metric belongs to: ``"natural"`` for ``test/natural/bias_at_10``,
+    else ``""``."""
+    parts = name.split("/")
+    return "natural" if len(parts) > 2 and parts[-2] == "natural" else ""
+
+
+def _add_rows(
+    table: Table, result: EvalResult, ks: tuple[int, ...], names: dict[int, str], label: str
+) -> None:
+    """The row of the metrics ``names`` (K -> name), then one per class that has its own."""
+    stem = names[min(names)].rsplit("/", 1)[-1]
+    direction = metric_direction(stem)
+    if direction.signed:
+        fmt, scale = "{:+.3f}", 1.0
+    elif not direction.judges:  # a share in [0, 1]
+        fmt, scale = "{:.3f}", 1.0
+    else:
+        fmt, scale = "{:.1f}", 100.0
+
+    def cell(name: str) -> str:
+        text = fmt.format(result.metrics[name] * scale)
+        interval = result.intervals.get(name)
+        if interval is None:
+            return text
+        low, high = fmt.format(interval.low * scale), fmt.format(interval.high * scale)
+        return f"{text} [dim]{escape(f'[{low}, {high}]')}[/dim]"
+
+    table.add_row(
+        f"{label} {direction.symbol}", *(cell(names[k]) if k in names else "" for k in ks)
+    )
+    for suffix in _class_suffixes(result.metrics, names):
+        per_class = {k: f"{names[k]}_{suffix}" for k in names}
+        cells = (cell(per_class[k]) if per_class.get(k) in result.metrics else "" for k in ks)
+        table.add_row(f"  {suffix.replace('_', ' ')}", *cells)
+
+
+def _class_suffixes(metrics: dict[str, float], names: dict[int, str]) -> list[str]:
+    """The classes with a metric of their own beside ``names`` (K -> name): ``cup`` for
+    ``test/bias_at_10_cup`` beside ``test/bias_at_10``, in order."""
+    suffixes = [
+        metric.removeprefix(f"{name}_")
+        for metric in metrics
+        for name in names.values()
+        if metric.startswith(f"{name}_") and "_ci_" not in metric
+    ]
     return list(dict.fromkeys(suffixes))
 
 
@@ -112,7 +134,10 @@ def print_report(result: EvalResult, config: EvalConfig, console: Console | None
     console.print(f"[dim]{counts}[/dim]")
     console.print(f"[dim]{timing_text(result.timings)}[/dim]")
     if result.bias_split not in (None, config.split):
-        console.print(f"[dim]Bias@K ranks the {result.bias_split} split's images[/dim]")
+        console.print(
+            f"[dim]Bias@K ranks the {result.bias_split} split's images; (natural): the "
+            f"{config.split} split's own images, person-less scenes among them[/dim]"
+        )
     if result.clip is not None:
         clip = result.clip
         shown = ", ".join(map(str, clip.indices[:12])) + (" ..." if len(clip.indices) > 12 else "")

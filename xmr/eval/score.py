@@ -35,7 +35,7 @@ from xmr.data import DataIssue
 from xmr.data.images import load_image
 from xmr.eval.clip import ClippedDims, clipped_split
 from xmr.eval.config import EvalConfig
-from xmr.eval.encode import EncodedSplit, EncoderFactory, encode
+from xmr.eval.encode import BiasRanking, EncodedSplit, EncoderFactory, encode
 from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
@@ -67,8 +67,9 @@ class EvalResult:
     """Metrics (MLflow names), counts, skipped items and timings (seconds) of one evaluation.
 
     ``intervals``: each metric's bootstrap interval (none when ``config.bootstrap`` is 0);
-    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``, ``bias_<class>``) -> its
-    queries and their per-query values, whose means are the metrics. ``bias_split``: the split
+    ``per_query``: query set (``i2t``, ``t2i``, ``odmap``, ``bias``, ``bias_<class>``, and
+    ``natural_bias``, ``natural_bias_<class>`` when Bias@K ranks another split) -> its queries
+    and their per-query values, whose means are the metrics. ``bias_split``: the split
     whose images Bias@K ranked (None: no Bias@K).
     """
 
@@ -311,47 +312,65 @@ def odmap_scores(inputs: ScoringInputs, odmap: ODmAPSet) -> GroupScores:
 
 
 def bias_scores(inputs: ScoringInputs) -> GroupScores:
-    """Bias@K (``{split}/bias_at_{K}``) of the gender-neutral caption queries over the images
-    of the Bias@K split (``encoded.bias_split``: a ToyWorld's gender split, else the scored
-    split) that encoded, and for each of ``encoded.bias_classes`` over the queries that mention
-    it (``{split}/bias_at_{K}_{class}``, spaces as ``_``), each beside its diagnostics
-    ``gendered_share_at_{K}`` and ``male_share_at_{K}`` (:mod:`xmr.metrics.gender_bias`; a
-    set whose top K never holds a gendered image has no male share); how many queries and
-    images of each gender label there are."""
-    config, encoded = inputs.config, inputs.encoded
-    gallery_len = len(encoded.odmap.gallery) if encoded.odmap else len(encoded.retrieval.captions)
-    queries = inputs.text_emb[gallery_len:]  # after the gallery: the Bias@K queries
-    ok = np.array([not encoded.image_errors[row] for row in encoded.bias_rows], dtype=bool)
-    genders = [g for g, fine in zip(encoded.genders, ok, strict=True) if fine]
-    ranking = topk_similarity(queries, inputs.image_emb[encoded.bias_rows[ok]], max(config.ks))
-    counts = top_k_genders(ranking, genders, config.ks)
+    """Bias@K of each of ``encoded.bias``'s rankings (:class:`~xmr.eval.encode.BiasRanking`):
+    ``{split}/bias_at_{K}`` of the gender-neutral caption queries over the images of the
+    Bias@K split (a ToyWorld's gender split, else the scored split) that encoded, and for each
+    of its classes over the queries that mention it (``{split}/bias_at_{K}_{class}``, spaces as
+    ``_``), each beside its diagnostics ``gendered_share_at_{K}`` and ``male_share_at_{K}``
+    (:mod:`xmr.metrics.gender_bias`; a set whose top K never holds a gendered image has no male
+    share); the same of the scored split's own images as ``{split}/natural/...`` when Bias@K
+    ranks another split; how many queries and images of each gender label there are."""
+    scores = GroupScores()
+    for ranking in inputs.encoded.bias:
+        ranked = _ranking_scores(inputs, ranking)
+        scores.metrics.update(ranked.metrics)
+        scores.per_query.update(ranked.per_query)
+        scores.counts.update(ranked.counts)
+    return scores
+
+
+def _ranking_scores(inputs: ScoringInputs, ranking: BiasRanking) -> GroupScores:
+    """:func:`bias_scores` of one ranking."""
+    config, errors = inputs.config, inputs.encoded.image_errors
+    ok = np.array([not errors[row] for row in ranking.image_rows], dtype=bool)
+    genders = [g for g, fine in zip(ranking.genders, ok, strict=True) if fine]
+    top = topk_similarity(
+        inputs.text_emb[ranking.text_rows],
+        inputs.image_emb[ranking.image_rows[ok]],
+        max(config.ks),
+    )
+    counts = top_k_genders(top, genders, config.ks)
     per_query = {  # metric stem -> K -> [Q]
         "bias": {k: c.deltas() for k, c in counts.items()},
         "gendered_share": {k: c.gendered_shares() for k, c in counts.items()},
         "male_share": {k: c.male_shares() for k, c in counts.items()},
     }
-    keys = [f"{n}:{text}" for n, text in enumerate(encoded.bias_texts)]
+    keys = [f"{n}:{text}" for n, text in enumerate(ranking.texts)]
+    count = ranking.set_prefix
     scores = GroupScores(
         counts={
-            "bias_queries": len(encoded.bias_texts),
-            **{f"images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
+            f"{count}bias_queries": len(ranking.texts),
+            **{f"{count}images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
         }
     )
     query_sets = {"bias": (np.arange(len(keys)), "")}
-    for cls in encoded.bias_classes:
-        mentioning = [cls in mentioned for mentioned in encoded.bias_mentions]
+    for cls in ranking.classes:
+        mentioning = [cls in mentioned for mentioned in ranking.mentions]
         query_sets[f"bias_{class_suffix(cls)}"] = (np.flatnonzero(mentioning), class_suffix(cls))
-        scores.counts[f"bias_queries_{class_suffix(cls)}"] = int(sum(mentioning))
+        scores.counts[f"{count}bias_queries_{class_suffix(cls)}"] = int(sum(mentioning))
+    prefix = inputs.prefix + ranking.metric_prefix
     for set_name, (rows, suffix) in query_sets.items():
         if not len(rows):
             continue  # no query mentions the class: its Bias@K is undefined
         values = {
-            f"{inputs.prefix}{stem}_at_{k}{'_' + suffix if suffix else ''}": by_k[k][rows]
+            f"{prefix}{stem}_at_{k}{'_' + suffix if suffix else ''}": by_k[k][rows]
             for stem, by_k in per_query.items()
             for k in config.ks
             if stem != "male_share" or per_query["gendered_share"][k][rows].any()
         }
-        scores.per_query[set_name] = QueryValues([keys[i] for i in rows], values)
+        scores.per_query[ranking.set_prefix + set_name] = QueryValues(
+            [keys[i] for i in rows], values
+        )
         scores.metrics.update(metric_values(values))
     return scores
 

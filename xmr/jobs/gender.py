@@ -18,6 +18,7 @@ Steps, in the job's folder:
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -30,11 +31,13 @@ from xmr.fields import check_options, option, resolve_paths
 from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
-from xmr.metrics.direction import find_direction
 from xmr.storage import StoragePath, storage_path
 from xmr.train.options import DataChoice, ModelChoice
 from xmr.tune.space import Domain, SearchSpace, load_space
 
+BIAS_10 = re.compile(r"test/(natural/)?(bias|gendered_share|male_share)_at_10")
+"""The sweep columns of the tables: Bias@10, its diagnostics, and the same of the test split's
+own images (``natural/``, when Bias@K ranks a gender split)."""
 SWEEPS = {"fair-alpha": ("fair_alpha", "fair_alpha"), "clip-m": ("clip_m", "clip_m")}
 """Step name -> (shipped space, swept option)."""
 
@@ -219,8 +222,9 @@ def pareto_step(context: StepContext, spaces: Mapping[str, SearchSpace]) -> Step
 
 def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
     """One table per sweep: each trial's swept value, recall@10 t2i, Bias@10 and its
-    diagnostics (gendered and male share of the top 10, when the sweep recorded them), on the
-    front (``*``; ``* ≈ <trial>``: not distinguishable from that neighbour)."""
+    diagnostics (gendered and male share of the top 10) and the same of the test split's own
+    images (``natural``), when the sweep recorded them, on the front (``*``; ``* ≈ <trial>``:
+    not distinguishable from that neighbour)."""
     tables = []
     for step, (_, swept) in SWEEPS.items():
         trials = _read_csv(outcomes["pareto"].outputs[f"{step}_trials"])
@@ -228,8 +232,15 @@ def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
             title=f"{step}: recall–bias trade-off (test split; * on the Pareto front, "
             "≈ not distinguishable from its neighbour)"
         )
-        shares = [c for c in trials if (d := find_direction(str(c))) and not d.judges]
-        short = [name.rsplit("/", 1)[-1].replace("_at_", "@") for name in shares]
+        columns = [
+            c
+            for c in trials
+            if c != "test/bias_at_10" and BIAS_10.fullmatch(str(c)) and trials[c].notna().any()
+        ]
+        short = [
+            name.removeprefix("test/").replace("natural/", "natural ").replace("_at_", "@")
+            for name in columns
+        ]
         headers = [swept, "recall t2i@10", "bias@10", *short, "front"]
         for column in headers:
             table.add_column(column, justify="right")
@@ -238,7 +249,7 @@ def gender_report(outcomes: Mapping[str, StepOutcome]) -> Group:
                 f"{row[swept]:g}",
                 f"{row['test/recall_t2i_at_10']:.3f}",
                 f"{row['test/bias_at_10']:+.3f}",
-                *(f"{row[name]:.3f}" for name in shares),
+                *(f"{row[name]:{'+' if 'bias' in name else ''}.3f}" for name in columns),
                 "*" + str(row.get("pareto", "front")).removeprefix("front") if row["front"] else "",
             )
         tables.append(table)

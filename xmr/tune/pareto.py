@@ -157,7 +157,7 @@ def plot_pareto(
     xs, ys = values[:, 0], values[:, 1]
     front = pareto_front(values, (x.mode, y.mode))
     tied = {(min(i, j), max(i, j)) for i, j in ties}
-    shown = [name for name in diagnostics if name in frame]
+    shown = [name for name in diagnostics if name in frame and frame[name].notna().any()]
     fig = Figure(figsize=(15 if shown else 9, 5.5))
     ax, *others = fig.subplots(1, 2 if shown else 1, squeeze=False)[0]
     ax.scatter(xs[~front], ys[~front], color="0.6", label="dominated", zorder=2)
@@ -203,7 +203,7 @@ def _plot_diagnostics(
     against = frame[y.name].to_numpy(dtype=float)
     for name in names:
         values = frame[name].to_numpy(dtype=float)
-        ax.plot(against, values, "o", label=name.rsplit("/", 1)[-1], zorder=3)
+        ax.plot(against, values, "o", label=name.split("/", 1)[-1], zorder=3)  # less the split
         _label_points(ax, against, values, labels)
     if any("share" in name for name in names):
         ax.axhline(0.5, color="0.5", linestyle=":", linewidth=1, label="0.5: balanced male share")
