@@ -298,6 +298,13 @@ def test_an_unknown_family_is_named(tmp_path) -> None:
     assert "unknown model family 'sigclip'" in result.output
 
 
+def test_vsepp_without_a_checkpoint_is_refused_before_ray(tmp_path) -> None:
+    result = runner.invoke(app, ["eval", "--model", "vsepp"])  # no vocabulary to build it with
+    assert result.exit_code == 2
+    assert "'xmr-tiny-vgg' learns its word vocabulary in training" in result.output
+    assert "--checkpoint PATH" in result.output
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--bias-split", "--mi-split"])
 def test_a_split_flag_the_world_lacks_is_refused_before_ray(tiny_world, flag) -> None:

@@ -44,7 +44,7 @@ from xmr.eval.protocol import (
     planned_queries,
     record_gender,
 )
-from xmr.models import RetrievalModel, check_spec
+from xmr.models import RetrievalModel, check_spec, needs_corpus
 from xmr.pipeline import Resources, run_local
 from xmr.pipeline.stage import Batch
 from xmr.storage import StoragePath, storage_path
@@ -392,6 +392,12 @@ class RayEncoder(Encoder):
         """Checks ``config.model`` (its family, arch and checkpoint); starts nothing."""
         super().__init__(config)
         check_spec(config.model)
+        if needs_corpus(config.model):  # evaluation has no training captions to build it from
+            spec = config.model
+            raise ValueError(
+                f"--model {spec.family}: {spec.arch!r} learns its word vocabulary in training; "
+                "pass --checkpoint PATH of a trained model (e.g. xmr-runs/<run>/last.pt)"
+            )
         self.address = address
         self.actors = 0
         self._pool: StagePool | None = None

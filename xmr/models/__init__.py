@@ -15,7 +15,14 @@ from xmr.models.base import (
     read_checkpoint,
     save_checkpoint,
 )
-from xmr.models.registry import TINY_ARCHS, check_spec, create_model, list_archs, list_models
+from xmr.models.registry import (
+    TINY_ARCHS,
+    check_spec,
+    create_model,
+    list_archs,
+    list_models,
+    needs_corpus,
+)
 
 __all__ = [
     "TINY_ARCHS",
@@ -27,6 +34,7 @@ __all__ = [
     "create_model",
     "list_archs",
     "list_models",
+    "needs_corpus",
     "read_checkpoint",
     "save_checkpoint",
 ]

@@ -84,6 +84,15 @@ def default_rerank_k(spec: ModelSpec) -> int:
     return int(rerank_k(spec.arch)) if rerank_k else 0
 
 
+def needs_corpus(spec: ModelSpec) -> bool:
+    """Whether building ``spec`` needs the training captions (``corpus``): a family with a
+    vocabulary learnt from them (VSE++) defines ``needs_corpus(spec) -> bool`` next to
+    ``build``; a checkpoint carries its vocabulary."""
+    family = _family(spec.family)
+    hook = getattr(family, "needs_corpus", None)
+    return bool(hook(spec)) if hook else False
+
+
 def check_spec(spec: ModelSpec) -> ModelFamily:
     """Fail fast, before any worker starts: unknown family or arch, or a checkpoint that is
     missing or holds no state dict (it is read here, on CPU).

@@ -223,6 +223,12 @@ def word_vocabulary(captions: Iterable[str], min_count: int) -> Vocabulary:
     return vocab
 
 
+def needs_corpus(spec: ModelSpec) -> bool:
+    """Whether ``spec`` needs training captions to build: its word vocabulary comes from them,
+    or from its checkpoint."""
+    return spec.checkpoint is None
+
+
 def _vocabulary(spec: ModelSpec, config: VseppConfig, corpus: Corpus | None) -> Vocabulary:
     """The checkpoint's vocabulary when it has one (its weights are tied to it), else the
     corpus's; neither is an error."""
