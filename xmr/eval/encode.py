@@ -91,6 +91,11 @@ class EncodedSplit:
         return self.bias[0].split if self.bias else self.config.split
 
 
+NATURAL = "natural"
+"""The name of the scored split's own ranking beside a gender split's (its metrics:
+``{split}/natural/...``; its per-query sets: ``natural_bias...``)."""
+
+
 @dataclass(frozen=True)
 class BiasRanking:
     """One ranking Bias@K is measured on: the gender-neutral caption queries ``texts`` (rows
@@ -163,7 +168,7 @@ def encode(
         if "bias" in config.metrics:
             sets = [("", bias_split, bias_records)]
             if bias_split != config.split:
-                sets.append(("natural", config.split, records))
+                sets.append((NATURAL, config.split, records))
             for name, split, ranked in sets:
                 if split == config.split:
                     image_rows = np.arange(len(records))

@@ -16,6 +16,7 @@ from xmr.compare.per_query import PER_QUERY_FILE, write_per_query
 from xmr.data.errors import DataError
 from xmr.eval.benchmark import BenchmarkResult, skip_summary
 from xmr.eval.config import EvalConfig
+from xmr.eval.encode import NATURAL
 from xmr.eval.score import EvalResult, RetrievalExample
 from xmr.metrics import metric_direction
 from xmr.storage import StoragePath
@@ -42,7 +43,7 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
     table.add_column("metric")
     for k in ks:
         table.add_column(f"@{k}", justify="right")
-    for ranking in ("", "natural"):
+    for ranking in ("", NATURAL):
         for label, stem in _GROUPS:
             names = {
                 k: n
@@ -59,7 +60,7 @@ def _ranking(name: str) -> str:
     """The Bias@K ranking a metric belongs to: ``"natural"`` for ``test/natural/bias_at_10``,
     else ``""``."""
     parts = name.split("/")
-    return "natural" if len(parts) > 2 and parts[-2] == "natural" else ""
+    return NATURAL if len(parts) > 2 and parts[-2] == NATURAL else ""
 
 
 def _add_rows(

@@ -346,18 +346,18 @@ def _ranking_scores(inputs: ScoringInputs, ranking: BiasRanking) -> GroupScores:
         "male_share": {k: c.male_shares() for k, c in counts.items()},
     }
     keys = [f"{n}:{text}" for n, text in enumerate(ranking.texts)]
-    count = ranking.set_prefix
+    counted = ranking.set_prefix
     scores = GroupScores(
         counts={
-            f"{count}bias_queries": len(ranking.texts),
-            **{f"{count}images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
+            f"{counted}bias_queries": len(ranking.texts),
+            **{f"{counted}images_{g}": genders.count(g) for g in ("male", "female", "neutral")},
         }
     )
     query_sets = {"bias": (np.arange(len(keys)), "")}
     for cls in ranking.classes:
         mentioning = [cls in mentioned for mentioned in ranking.mentions]
         query_sets[f"bias_{class_suffix(cls)}"] = (np.flatnonzero(mentioning), class_suffix(cls))
-        scores.counts[f"{count}bias_queries_{class_suffix(cls)}"] = int(sum(mentioning))
+        scores.counts[f"{counted}bias_queries_{class_suffix(cls)}"] = int(sum(mentioning))
     prefix = inputs.prefix + ranking.metric_prefix
     for set_name, (rows, suffix) in query_sets.items():
         if not len(rows):

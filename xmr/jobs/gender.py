@@ -37,7 +37,7 @@ from xmr.tune.space import Domain, SearchSpace, load_space
 
 BIAS_10 = re.compile(r"test/(natural/)?(bias|gendered_share|male_share)_at_10")
 """The sweep columns of the tables: Bias@10, its diagnostics, and the same of the test split's
-own images (``natural/``, when Bias@K ranks a gender split)."""
+own images (``natural/``, :data:`xmr.eval.encode.NATURAL`, spelt out: importing it loads torch)."""
 SWEEPS = {"fair-alpha": ("fair_alpha", "fair_alpha"), "clip-m": ("clip_m", "clip_m")}
 """Step name -> (shipped space, swept option)."""
 
