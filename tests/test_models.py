@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +55,30 @@ def test_families_and_archs() -> None:
     archs = list_archs("clip")
     assert {"xmr-tiny", "RN50", "ViT-B-32"} <= set(archs)
     assert archs == sorted(archs)
+
+
+def test_clip_archs_are_open_clips_registry() -> None:
+    """The arch check reads the config files as open_clip's registry does."""
+    from xmr.models.clip import registered_open_clip
+
+    assert list_archs("clip") == sorted(registered_open_clip().list_models())
+    assert list_archs("eiclip") == list_archs("clip")
+
+
+def test_checking_a_clip_spec_imports_no_open_clip() -> None:
+    """A command checks its model (and a Ray driver prepares its work) without the seconds of
+    importing open_clip, torchvision and transformers: only the workers that build it do."""
+    check = (
+        "import sys\n"
+        "from xmr.models import ModelSpec, check_spec, needs_corpus\n"
+        "for family in ('clip', 'eiclip'):\n"
+        "    check_spec(ModelSpec(family, 'ViT-B-32'))\n"
+        "    needs_corpus(ModelSpec(family, 'ViT-B-32'))\n"
+        "heavy = ('open_clip', 'torchvision', 'transformers')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
 
 
 def test_xmr_tiny_shapes_and_unit_norm(tiny: RetrievalModel, pixels: torch.Tensor) -> None:

@@ -1,17 +1,23 @@
 """The ``clip`` family: any open_clip architecture, plus xmr's own configs (``xmr-tiny``).
 
-Importing this module registers ``xmr/models/configs/*.json`` with open_clip, so after it
-``open_clip.create_model("xmr-tiny")`` and ``open_clip.get_tokenizer("xmr-tiny")`` work too.
+open_clip is imported when a model is first built (:func:`registered_open_clip`: its import,
+with torchvision's and transformers', takes seconds), not to check an arch name: a command
+checks its flags, and a Ray driver does its own work, without it. Once imported it knows
+``xmr/models/configs/*.json`` too: ``open_clip.create_model("xmr-tiny")`` and
+``open_clip.get_tokenizer("xmr-tiny")`` work after :func:`registered_open_clip`.
 Pretrained tags (``openai``, ``laion2b_s34b_b79k``, ...) are downloaded by open_clip and need a
 network; offline, use ``pretrained=None`` (random init) and a local ``checkpoint``.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
-import open_clip
 import torch
 from PIL import Image
 from torch import nn
@@ -23,12 +29,35 @@ from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t
 from xmr.models.objective import Objective, pair_features
 
 CONFIGS = Path(__file__).parent / "configs"
-open_clip.add_model_config(CONFIGS)
+
+CONFIG_KEYS = ("embed_dim", "vision_cfg", "text_cfg")
+"""What makes a JSON file an open_clip model config (the keys open_clip's registry asks for)."""
+
+
+@cache
+def registered_open_clip() -> ModuleType:
+    """The ``open_clip`` module, imported on first call, with xmr's configs registered."""
+    import open_clip
+
+    open_clip.add_model_config(CONFIGS)
+    return open_clip
 
 
 def list_archs() -> list[str]:
-    """open_clip's built-in architectures and xmr's configs."""
-    return open_clip.list_models()
+    """open_clip's built-in architectures and xmr's configs, sorted: the names of their config
+    files, read as open_clip's registry reads them, without importing open_clip."""
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or spec.origin is None:
+        raise ImportError("the clip family needs open_clip: pip install open_clip_torch")
+    folders = (Path(spec.origin).parent / "model_configs", CONFIGS)
+    return sorted(
+        {
+            path.stem
+            for folder in folders
+            for path in folder.glob("*.json")
+            if all(key in json.loads(path.read_text()) for key in CONFIG_KEYS)
+        }
+    )
 
 
 class ClipModel(RetrievalModel):
@@ -41,7 +70,7 @@ class ClipModel(RetrievalModel):
         transform: Callable[[Image.Image], torch.Tensor],
         tokenizer: Callable[[list[str]], torch.Tensor],
     ):
-        config = open_clip.get_model_config(spec.arch)
+        config = registered_open_clip().get_model_config(spec.arch)
         super().__init__(spec, model, config["embed_dim"], config["vision_cfg"]["image_size"])
         self._transform = transform
         self._tokenizer = tokenizer
@@ -100,6 +129,7 @@ class ClipObjective(Objective):
 
 def _fetch(arch: str, pretrained: str) -> None:
     """Download (or find in the cache) the weights of ``pretrained``, with actionable errors."""
+    open_clip = registered_open_clip()
     tags = open_clip.list_pretrained_tags_by_model(arch)
     if pretrained not in tags:
         choices = f"its tags are {tags}" if tags else "it has no pretrained weights"
@@ -122,6 +152,7 @@ def build(spec: ModelSpec, corpus: Corpus | None = None) -> ClipModel:
 
     CLIP's BPE vocabulary is fixed: ``corpus`` is not needed.
     """
+    open_clip = registered_open_clip()
     if spec.pretrained is not None:
         _fetch(spec.arch, spec.pretrained)
     with without_message("No pretrained weights loaded"):  # random init is what was asked

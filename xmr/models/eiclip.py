@@ -45,7 +45,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import open_clip
 import torch
 import torch.nn.functional as F
 from PIL import Image
@@ -433,6 +432,7 @@ def build(
         CheckpointError: a checkpoint without usable vocabularies and no corpus.
         RuntimeError: pretrained weights could not be fetched.
     """
+    open_clip = clip.registered_open_clip()
     config = open_clip.get_model_config(spec.arch)
     if config is None:
         raise ValueError(f"eiclip arch {spec.arch!r} has no open_clip config")
