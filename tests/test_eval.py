@@ -21,8 +21,10 @@ from xmr.compare.per_query import logged_per_query
 from xmr.data import read_dataset
 from xmr.eval.config import eval_config
 from xmr.eval.encode import local_encoder
+from xmr.eval.encoders import EncodeQueries
 from xmr.eval.score import evaluate
-from xmr.models import check_spec, create_model, save_checkpoint
+from xmr.models import ModelSpec, check_spec, create_model, save_checkpoint
+from xmr.pipeline import Resources, run_local
 from xmr.text import COCO_CLASS_WORDS, mentioned_classes_batch
 
 runner = CliRunner()
@@ -270,6 +272,35 @@ def test_bad_images_are_skipped_and_named(tiny_world, tmp_path, local_ray) -> No
         assert any(bad.name in line for line in skipped), (bad.name, skipped)
     assert report["counts"]["images"] == 37
     assert "skipped" in output
+
+
+def test_images_prepared_on_threads_encode_as_on_one(tiny_world, tmp_path) -> None:
+    """An encoder with cores prepares its images on as many threads: each row gets the
+    embedding and the error it gets on one thread, an unreadable image's reason included."""
+    images = sorted(str(path) for path in (tiny_world / "test").glob("*.png"))[:9]
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    rows = [{"path": path, "inpaint": "", "crop": "", "text": ""} for path in images]
+    rows[2]["inpaint"] = json.dumps([[4, 4, 40, 40]])
+    rows[5]["crop"] = json.dumps([0, 0, 32, 48])
+    rows.insert(4, {"path": str(broken), "inpaint": "", "crop": "", "text": ""})
+    rows.append({"path": "", "inpaint": "", "crop": "", "text": "a dog on the grass"})
+    outputs = []
+    for cores in (1, 3):
+        stage = EncodeQueries(
+            ModelSpec("clip", "xmr-tiny"), "cpu", Resources(cpus=cores), batch_size=4, seed=0
+        )
+        try:
+            outputs.append(run_local(rows, stage))
+            assert (stage._threads is None) == (cores == 1)
+        finally:
+            stage.teardown()
+    one, threads = outputs
+    assert list(threads["error"]) == list(one["error"])
+    assert [bool(e) for e in one["error"]] == [i == 4 for i in range(len(rows))]
+    assert one["error"][4].startswith(f"DataError: {broken}: cannot decode image"), one["error"]
+    np.testing.assert_allclose(threads["embedding"], one["embedding"], atol=1e-5)
+    assert not np.allclose(one["embedding"][2], one["embedding"][3])
 
 
 @pytest.mark.slow
