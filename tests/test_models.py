@@ -65,15 +65,16 @@ def test_clip_archs_are_open_clips_registry() -> None:
     assert list_archs("eiclip") == list_archs("clip")
 
 
-def test_checking_a_clip_spec_imports_no_open_clip() -> None:
+def test_checking_a_spec_imports_no_model_library() -> None:
     """A command checks its model (and a Ray driver prepares its work) without the seconds of
     importing open_clip, torchvision and transformers: only the workers that build it do."""
     check = (
         "import sys\n"
         "from xmr.models import ModelSpec, check_spec, needs_corpus\n"
-        "for family in ('clip', 'eiclip'):\n"
-        "    check_spec(ModelSpec(family, 'ViT-B-32'))\n"
-        "    needs_corpus(ModelSpec(family, 'ViT-B-32'))\n"
+        "for family, arch in [('clip', 'ViT-B-32'), ('eiclip', 'ViT-B-32'),\n"
+        "                     ('blip', 'blip-itm-base-coco')]:\n"
+        "    check_spec(ModelSpec(family, arch))\n"
+        "    needs_corpus(ModelSpec(family, arch))\n"
         "heavy = ('open_clip', 'torchvision', 'transformers')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )

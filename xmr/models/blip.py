@@ -27,6 +27,9 @@ compares. :meth:`BlipModel.itm_logits` is the image-grounded text encoder's matc
 score BLIP's evaluation adds to the ITC similarity when it re-ranks the top-k
 (:func:`xmr.retrieval.rerank`, :meth:`BlipModel.pair_scorer`). As in the original BLIP (and unlike
 transformers' forward, which keeps ``[CLS]``), the first token of an ITM input is ``[ENC]``.
+
+transformers and torchvision are imported where a model is built (seconds), not to check an
+arch name: a command checks its flags, and a Ray driver prepares its work, without them.
 """
 
 from __future__ import annotations
@@ -36,16 +39,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from torchvision import transforms
-from transformers import AutoTokenizer, BertTokenizer, BlipConfig, BlipForImageTextRetrieval
-from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
@@ -59,6 +59,10 @@ from xmr.models.losses import (
 )
 from xmr.models.objective import Objective
 from xmr.pretrained import local_model_dir
+
+if TYPE_CHECKING:  # imported where a model is built: checking an arch name needs neither
+    from transformers import BlipConfig, BlipForImageTextRetrieval
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 CONFIGS = Path(__file__).parent / "configs" / "blip"
 HUB = "hub"
@@ -99,6 +103,8 @@ class BlipArch:
     config: dict[str, Any]
 
     def blip_config(self) -> BlipConfig:
+        from transformers import BlipConfig
+
         return BlipConfig(**self.config)
 
 
@@ -187,6 +193,8 @@ class BlipModel(RetrievalModel):
         arch: BlipArch,
         tokenizer: PreTrainedTokenizerBase,
     ) -> None:
+        from torchvision import transforms
+
         config = module.blip.config
         size = config.vision_config.image_size
         super().__init__(spec, module, config.image_text_hidden_size, int(size))
@@ -474,6 +482,8 @@ def _fetch_error(arch: BlipArch, what: str, exc: Exception) -> RuntimeError:
 
 def _tokenizer(arch: BlipArch, folder: Path | None) -> PreTrainedTokenizerBase:
     """The arch's shipped vocabulary, else ``folder``'s tokenizer files, else the repo's."""
+    from transformers import AutoTokenizer, BertTokenizer
+
     if arch.vocab is not None:
         return BertTokenizer(vocab=str(CONFIGS / arch.vocab))
     if folder is not None and any((folder / f).is_file() for f in ("vocab.txt", "tokenizer.json")):
@@ -502,6 +512,8 @@ def _check_fits(config: BlipConfig, arch: BlipArch, folder: Path) -> None:
 
 def _load_weights(arch: BlipArch, pretrained: str) -> tuple[BlipForImageTextRetrieval, Path | None]:
     """``from_pretrained`` of the Hub repo (``"hub"``) or of a local folder; returns the folder."""
+    from transformers import BlipConfig, BlipForImageTextRetrieval
+
     if pretrained == HUB:
         if arch.repo is None:
             raise ValueError(
@@ -537,6 +549,8 @@ def build(spec: ModelSpec, corpus: Corpus | None = None) -> BlipModel:
         FileNotFoundError: the folder does not exist or has no ``config.json``.
         RuntimeError: Hub weights or tokenizer could not be fetched.
     """
+    from transformers import BlipForImageTextRetrieval
+
     arch = load_arch(spec.arch)
     if spec.pretrained is None:
         blip, folder = BlipForImageTextRetrieval(arch.blip_config()), None
