@@ -12,6 +12,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -286,6 +287,7 @@ def test_images_prepared_on_threads_encode_as_on_one(tiny_world, tmp_path) -> No
     rows.insert(4, {"path": str(broken), "inpaint": "", "crop": "", "text": ""})
     rows.append({"path": "", "inpaint": "", "crop": "", "text": "a dog on the grass"})
     outputs = []
+    torch_threads = torch.get_num_threads()  # a stage's setup sets them for its process
     for cores in (1, 3):
         stage = EncodeQueries(
             ModelSpec("clip", "xmr-tiny"), "cpu", Resources(cpus=cores), batch_size=4, seed=0
@@ -295,6 +297,7 @@ def test_images_prepared_on_threads_encode_as_on_one(tiny_world, tmp_path) -> No
             assert (stage._threads is None) == (cores == 1)
         finally:
             stage.teardown()
+            torch.set_num_threads(torch_threads)
     one, threads = outputs
     assert list(threads["error"]) == list(one["error"])
     assert [bool(e) for e in one["error"]] == [i == 4 for i in range(len(rows))]
