@@ -46,17 +46,25 @@ def registered_open_clip() -> ModuleType:
 def list_archs() -> list[str]:
     """open_clip's built-in architectures and xmr's configs, sorted: the names of their config
     files, read as open_clip's registry reads them, without importing open_clip."""
+    return list(_config_names())
+
+
+@cache
+def _config_names() -> tuple[str, ...]:
+    """The config files' names, read once per process (``clip`` and ``eiclip`` both ask)."""
     spec = importlib.util.find_spec("open_clip")
     if spec is None or spec.origin is None:
         raise ImportError("the clip family needs open_clip: pip install open_clip_torch")
     folders = (Path(spec.origin).parent / "model_configs", CONFIGS)
-    return sorted(
-        {
-            path.stem
-            for folder in folders
-            for path in folder.glob("*.json")
-            if all(key in json.loads(path.read_text()) for key in CONFIG_KEYS)
-        }
+    return tuple(
+        sorted(
+            {
+                path.stem
+                for folder in folders
+                for path in folder.glob("*.json")
+                if all(key in json.loads(path.read_text()) for key in CONFIG_KEYS)
+            }
+        )
     )
 
 
