@@ -1,7 +1,7 @@
 """Does D′ help beyond the training budget? The ODmAP paper's claim on three ToyWorlds, over
 training seeds, at equal steps and at convergence, with `xmr` commands.
 
-For each world (the default one; ``bench/worlds/pets.yaml`` and ``street.yaml``: other planted
+For each world (the default one; the packaged worlds ``pets`` and ``street``: other planted
 pairs, strengths, world seeds and half the training images), generated into the workdir:
 
 1. D′ of its train split (``xmr synth`` defaults: Telea fill, noun-phrase removal).
@@ -57,10 +57,9 @@ from xmr.compare.paired import paired_comparison
 from xmr.compare.runs import sweep_runs
 from xmr.compare.verdict import change_text
 
-BENCH = Path(__file__).resolve().parent
-WORLDS = {"default": None, "pets": BENCH / "worlds" / "pets.yaml",
-          "street": BENCH / "worlds" / "street.yaml"}  # fmt: skip
-"""The worlds: None is the default config (world seed 0); the others are YAML files."""
+WORLDS = {"default": None, "pets": "pets", "street": "street"}
+"""The worlds: None is the default config (world seed 0); the others are packaged worlds
+(``xmr data toyworld --config pets``)."""
 ODMAP = [f"test/odmap_at_{k}" for k in (1, 5, 10)]
 METRICS = [*ODMAP, *(f"test/recall_{d}_at_10" for d in ("i2t", "t2i")), "test/bias_at_10"]
 D, D_DPRIME, D_STEPS, D_CONV, D_DPRIME_CONV = (

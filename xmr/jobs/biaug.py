@@ -67,8 +67,8 @@ from xmr.llm.spec import ORACLE
 from xmr.storage import StoragePath
 from xmr.synth.config import load_configs
 from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
-from xmr.train.convergence import AUTO
-from xmr.train.options import TrainChoice, TrainOptions
+from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
+from xmr.train.options import ConvergenceChoice, TrainChoice, TrainOptions
 
 PACKAGED_WORLD = "binding"
 """The ToyWorld the job generates without ``--data`` or ``--world-config``."""
@@ -84,9 +84,11 @@ BENCHMARKS = ("aro", "sugarcrepe")
 
 
 @dataclass(frozen=True)
-class BiAugJobOptions(TrainChoice):
+class BiAugJobOptions(ConvergenceChoice, TrainChoice):
     """The experiment's options: :class:`~xmr.train.options.TrainChoice` (``--epochs``: E,
-    the D ∪ BiAug-D′ run's; the D run trains as many optimiser steps, about (1 + r)·E epochs),
+    the D ∪ BiAug-D′ run's; the D run trains as many optimiser steps, about (1 + r)·E epochs;
+    ``--pretrained toy``: both finetune the toy CLIP),
+    :class:`~xmr.train.options.ConvergenceChoice` (``--converged``: both until they level off),
     BiAug's components, the LLM (:class:`~xmr.llm.LLMSpec`'s flags, ``--llm`` defaulting to
     ``oracle`` on ToyWorld and required elsewhere), budget, benchmarks, scale."""
 
@@ -146,8 +148,10 @@ class BiAugJobOptions(TrainChoice):
         if self.epochs == AUTO:
             raise ValueError(
                 "--epochs auto: the biaug job trains D ∪ BiAug-D′ for E epochs and D for as "
-                "many optimiser steps; give E"
+                "many optimiser steps; give E, or train both until they level off with "
+                "--converged"
             )
+        self.check_budget({"--epochs": self.epochs})
         toyworld = self.dataset == "toyworld"
         if self.data is None and not toyworld:
             raise ValueError(f"--data is required for --dataset {self.dataset}")
@@ -272,18 +276,25 @@ def biaug_steps(
         "gpus_per_worker": options.gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
         "storage": folder / "runs",
     }  # fmt: skip
-    treated = f"train-{CONDITIONS['D ∪ BiAug-D′']}"
+    treated, control = (f"train-{CONDITIONS[c]}" for c in ("D ∪ BiAug-D′", "D"))
+    budget = options.budget() or {"epochs": epochs}
+    length = "until its val RSUM levels off" if options.converged else f"E = {epochs} epochs"
     summary = (
-        f"train {options.model} on D ∪ BiAug-D′ (r = {ratio:g}, hard negatives), E = {epochs} "
-        "epochs, then test it"
+        f"train {options.model} on D ∪ BiAug-D′ (r = {ratio:g}, hard negatives), {length}, "
+        "then test it"
     )
-    values = {**train, "epochs": epochs, "synth": dprime, "synth_ratio": ratio}
+    values = {**train, **budget, "synth": dprime, "synth_ratio": ratio}
     steps.append(train_step(treated, summary, TrainOptions(model=options.model, **values), tags))
-    summary = f"train {options.model} on D for as many optimiser steps as {treated}, then test it"
-    steps.append(
-        train_step(f"train-{CONDITIONS['D']}", summary,
-                   TrainOptions(model=options.model, **train), tags, steps_of=treated)
-    )  # fmt: skip
+    if options.converged:
+        summary = f"train {options.model} on D until its val RSUM levels off, then test it"
+        control_options = TrainOptions(model=options.model, **train, **budget)
+        steps.append(train_step(control, summary, control_options, tags))
+    else:
+        summary = (
+            f"train {options.model} on D for as many optimiser steps as {treated}, then test it"
+        )
+        steps.append(train_step(control, summary, TrainOptions(model=options.model, **train),
+                                tags, steps_of=treated))  # fmt: skip
     for benchmark in BENCHMARKS:
         root = getattr(options, benchmark)
         if root is None:
@@ -351,11 +362,22 @@ def compare_step(context: StepContext, rows: list[str]) -> StepOutcome:
 
 
 def biaug_report(outcomes: Mapping[str, StepOutcome], rows: list[str]) -> Table:
-    """The finished job's comparison table, titled with the optimiser steps both runs took."""
+    """The finished job's comparison table, titled with the optimiser steps both runs took, or
+    where converged runs stopped."""
     metrics = condition_metrics(outcomes, _condition_steps())
     split = rows[0].split("/")[0]
-    steps = outcomes[f"train-{CONDITIONS['D ∪ BiAug-D′']}"].metrics.get(GLOBAL_STEP)
+    runs = {c: outcomes[f"train-{s}"].metrics for c, s in CONDITIONS.items()}
+    steps = runs["D ∪ BiAug-D′"].get(GLOBAL_STEP)
     budget = "" if steps is None else f" at equal optimiser steps ({int(steps)} each)"
+    if all(STOPPED_EPOCH in run for run in runs.values()):
+        budget = (
+            ", each trained until its val RSUM levelled off ("
+            + ", ".join(
+                f"{c} stopped at epoch {int(run[STOPPED_EPOCH])}, tested at {int(run[BEST_EPOCH])}"
+                for c, run in runs.items()
+            )
+            + ")"
+        )
     return comparison_table(
         f"{split} split and benchmarks: {' vs '.join(metrics)}{budget}",
         metrics,

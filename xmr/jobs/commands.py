@@ -25,18 +25,25 @@ if TYPE_CHECKING:
     from xmr.eval.options import BenchmarkOptions, EvalOptions
     from xmr.llm import LLMSpec
     from xmr.synth.config import SynthOptions, SynthRuntime
+    from xmr.train.config import TrainConfig
     from xmr.train.options import TrainOptions
     from xmr.tune.space import SearchSpace
 
 
 def world_step(
-    out: StoragePath, *, seed: int, config: str | Path | None = None, mode: str | None = None
+    out: StoragePath,
+    *,
+    seed: int | None,
+    config: str | Path | None = None,
+    mode: str | None = None,
+    name: str = "world",
 ) -> Step:
     """Generate a ToyWorld into ``out`` (``xmr data toyworld``), so that every node reads the
-    same world from the job's folder rather than each its own cache. ``config``: a world YAML
-    or a packaged world's name (``binding``); ``mode``: ``scene`` or ``shop`` (default: the
-    config's, else scene). In an object store the world is generated in a local temporary
-    folder, then uploaded."""
+    same world from the job's folder rather than each its own cache. ``seed`` None: the
+    config's; ``config``: a world YAML or a packaged world's name (``binding``); ``mode``:
+    ``scene`` or ``shop`` (default: the config's, else scene); ``name``: the step's (a job
+    with several worlds names each). In an object store the world is generated in a local
+    temporary folder, then uploaded."""
 
     def run(context: StepContext) -> StepOutcome:
         from xmr.toyworld import generate
@@ -57,7 +64,9 @@ def world_step(
         "xmr data toyworld", {"out": out, "config": config, "mode": mode, "seed": seed}
     )
     kind = f"{mode} " if mode else ""
-    return Step("world", f"generate a {kind}ToyWorld (seed {seed})", command, run)
+    which = f"the {config} " if isinstance(config, str) and "/" not in config else "a "
+    seeded = f" (seed {seed})" if seed is not None else ""
+    return Step(name, f"generate {which}{kind}ToyWorld{seeded}", command, run)
 
 
 def synth_step(
@@ -130,14 +139,17 @@ def train_step(
     ``train/best_epoch`` and ``train/stopped_epoch``.
 
     ``steps_of``: an earlier training step whose run's optimiser steps this one trains
-    (``--steps``, read from that step's outcome when this one runs): a control matched to
-    another run's budget, whatever that run's data made of its epochs.
+    (``--steps``, read from that step's outcome when this one runs), on that run's
+    learning-rate path (its ``step`` schedule's period, ``--lr-step-period``): a control
+    matched to another run's budget and rates step by step, whatever that run's data made of
+    its epochs.
 
     Raises:
         ValueError: an unknown family or values out of bounds (checked now).
     """
     from xmr.train.config import TrainConfig
     from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
+    from xmr.train.optim import LR_STEP_PERIOD
 
     options = replace(options, name=name)
     planned = TrainConfig.from_options(options)
@@ -147,7 +159,7 @@ def train_step(
 
         config = planned
         if steps_of:
-            config = replace(planned, steps=matched_steps(context, steps_of))
+            config = matched_config(planned, context, steps_of)
         result = train(
             config,
             address=context.address,
@@ -156,7 +168,7 @@ def train_step(
             experiment=context.experiment,
             parent_run_id=context.parent_run_id,
         )
-        length = (GLOBAL_STEP, BEST_EPOCH, STOPPED_EPOCH)
+        length = (GLOBAL_STEP, LR_STEP_PERIOD, BEST_EPOCH, STOPPED_EPOCH)
         final = {
             key: value
             for key, value in result.metrics.items()
@@ -189,6 +201,27 @@ def matched_steps(context: StepContext, step: str) -> int:
             f"{context.folder / 'steps' / f'{step}.json'} to train it again"
         )
     return int(outcome.metrics[GLOBAL_STEP])
+
+
+def matched_config(config: TrainConfig, context: StepContext, step: str) -> TrainConfig:
+    """``config`` trained for the optimiser steps of the earlier training step ``step``
+    (:func:`matched_steps`) on its learning-rate path: the ``step`` schedule decays every
+    ``step``'s period (its outcome's ``train/lr_step_period``), not every ``step_epochs`` of
+    this run's own, shorter or longer, epochs. A record from before the period was kept
+    keeps the run's own period, and says so.
+    """
+    from xmr.train.optim import LR_STEP_PERIOD
+
+    steps = matched_steps(context, step)
+    period = context.outcomes[step].metrics.get(LR_STEP_PERIOD)
+    if period is None:
+        print(
+            f"note: {step} recorded no learning-rate period ({LR_STEP_PERIOD}); this run's "
+            "step schedule follows its own epochs"
+        )
+        return replace(config, steps=steps)
+    optim = replace(config.optim, step_period=int(period))
+    return replace(config, steps=steps, optim=optim)
 
 
 def eval_step(

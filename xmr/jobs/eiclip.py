@@ -44,7 +44,7 @@ from xmr.jobs.comparison import comparison_table, condition_metrics, record_comp
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.storage import StoragePath
-from xmr.train.options import DataChoice, TrainOptions
+from xmr.train.options import ConvergenceChoice, DataChoice, TrainOptions
 
 DATASETS = ("toyworld", "fashiongen")
 """The datasets with product entities EI-CLIP learns from."""
@@ -60,9 +60,10 @@ PROTOCOLS = {"full": "Full candidate set", "subcat": "Sample 100 (same sub-categ
 
 
 @dataclass(frozen=True)
-class EiClipJobOptions(DataChoice):
+class EiClipJobOptions(ConvergenceChoice, DataChoice):
     """The experiment's options: :class:`DataChoice`'s, the models' size and budget (both
-    runs'), the baseline, scale."""
+    runs'; ``--converged``: each until its val RSUM levels off, :class:`ConvergenceChoice`;
+    ``--pretrained toy``: both finetune the toy CLIP), the baseline, scale."""
 
     world_config: Path | None = option(
         None, "ToyWorld without --data: a shop world's YAML (default: the packaged shop world)."
@@ -95,6 +96,7 @@ class EiClipJobOptions(DataChoice):
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
         check_data_root(self.dataset, self.data)
+        self.check_budget({"--epochs": self.epochs})
         if self.dataset == "toyworld":
             _check_shop_world(self.data, self.world_config)
 
@@ -157,20 +159,26 @@ def eiclip_steps(
         dataset=options.dataset,
     )
     # The baseline trains as EI-CLIP does: the same backbone, weights, budget and rate.
+    budget = options.budget() or {"epochs": eiclip.epochs}
     train = {
-        "arch": eiclip.model.arch, "pretrained": options.pretrained,
-        "epochs": eiclip.epochs, "batch_size": eiclip.batch_size, "lr": eiclip.optim.lr,
+        "arch": eiclip.model.arch, "pretrained": options.pretrained, **budget,
+        "batch_size": eiclip.batch_size, "lr": eiclip.optim.lr,
         "dataset": options.dataset, "data": data, "seed": options.seed,
         "workers": options.workers, "gpus_per_worker": options.gpus_per_worker,
         "cpus_per_worker": options.cpus_per_worker, "storage": folder / "runs",
     }  # fmt: skip
     split = eiclip.test_split
+    test = (
+        f"until its val RSUM levels off, test on {split}"
+        if options.converged
+        else (f"test on {split}")
+    )
     if options.baseline:
-        summary = f"train CLIP on the descriptions (baseline ②), test on {split}"
+        summary = f"train CLIP on the descriptions (baseline ②), {test}"
         steps.append(
             train_step(CONDITIONS["CLIP"], summary, TrainOptions(model="clip", **train), tags)
         )
-    summary = f"train EI-CLIP on descriptions + entities, test on {split}"
+    summary = f"train EI-CLIP on descriptions + entities, {test}"
     steps.append(
         train_step(CONDITIONS["EI-CLIP"], summary, TrainOptions(model="eiclip", **train), tags)
     )

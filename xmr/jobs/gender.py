@@ -32,7 +32,7 @@ from xmr.jobs.commands import sweep_step, world_step
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.storage import StoragePath, storage_path
-from xmr.train.options import DataChoice, ModelChoice
+from xmr.train.options import ConvergenceChoice, DataChoice, ModelChoice
 from xmr.tune.space import Domain, SearchSpace, load_space
 
 BIAS_10 = re.compile(r"test/(natural/)?(bias|gendered_share|male_share)_at_10")
@@ -62,9 +62,11 @@ def parse_values(text: str, flag: str, *, integer: bool = False) -> tuple[float,
 
 
 @dataclass(frozen=True)
-class GenderJobOptions(ModelChoice, DataChoice):
+class GenderJobOptions(ConvergenceChoice, ModelChoice, DataChoice):
     """The experiment's options: :class:`DataChoice`'s and :class:`ModelChoice`'s (the model
-    family of the trials), the swept values, trial resources."""
+    family of the trials; ``--pretrained toy``: each trial finetunes the toy CLIP),
+    :class:`ConvergenceChoice`'s (``--converged``: each α trial until its val RSUM levels
+    off), the swept values, trial resources."""
 
     epochs: int | None = option(None, "Epochs of each α trial (default: the space's).", ge=1)
     alphas: str = option(
@@ -86,6 +88,7 @@ class GenderJobOptions(ModelChoice, DataChoice):
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         check_data_root(self.dataset, self.data)
+        self.check_budget({"--epochs": self.epochs})
         if any(alpha < 0 or alpha > 1 for alpha in parse_values(self.alphas, "--alphas")):
             raise ValueError(f"--alphas must lie in [0, 1], got {self.alphas!r}")
         if 0 not in parse_values(self.alphas, "--alphas"):
@@ -112,7 +115,8 @@ def gender_spaces(options: GenderJobOptions, data: StoragePath) -> dict[str, Sea
     model = {key: value for key, value in model.items() if value is not None}
     common = {"dataset": options.dataset, "data": str(data), "seed": options.seed}
     resources = {"cpus": options.cpus_per_trial, "gpus": options.gpus_per_trial}
-    epochs = {} if options.epochs is None else {"epochs": options.epochs}
+    budget = options.budget() or {"epochs": options.epochs}
+    epochs = {key: value for key, value in budget.items() if value is not None}
     alphas = parse_values(options.alphas, "--alphas")
     ms = parse_values(options.clip_ms, "--clip-ms", integer=True)
     return {

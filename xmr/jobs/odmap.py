@@ -43,7 +43,7 @@ from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
 from xmr.synth.config import load_configs
 from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
-from xmr.train.options import TrainChoice, TrainOptions
+from xmr.train.options import ConvergenceChoice, TrainChoice, TrainOptions
 
 CONTROL, EQUAL_EPOCHS, TREATED = "train-d", "train-d-epochs", "train-d-dprime"
 """The training steps: D as the headline compares it (same steps, or converged), D for the
@@ -63,21 +63,12 @@ PREFIXES = {CONTROL: "d", EQUAL_EPOCHS: "d_epochs", TREATED: "d_dprime"}
 
 
 @dataclass(frozen=True)
-class ODmAPJobOptions(TrainChoice):
+class ODmAPJobOptions(ConvergenceChoice, TrainChoice):
     """The experiment's options: :class:`~xmr.train.options.TrainChoice` (``--epochs``: the
-    D ∪ D′ run's; D trains as many optimiser steps), budget and how large each stage runs."""
+    D ∪ D′ run's; D trains as many optimiser steps; ``--pretrained toy``: both finetune the toy
+    CLIP), :class:`~xmr.train.options.ConvergenceChoice` (``--converged``: both until they level
+    off), budget and how large each stage runs."""
 
-    converged: bool = option(
-        False,
-        "Train D and D ∪ D′ until their val RSUM levels off (xmr train --epochs auto) and "
-        "compare them there, instead of at equal steps.",
-    )
-    patience: int | None = option(
-        None, "--converged: evaluations without a gain before a run stops (default: 3).", ge=1
-    )
-    max_epochs: int | None = option(
-        None, "--converged: the most epochs a run trains (default: 30).", ge=1
-    )
     equal_epochs: bool = option(
         False,
         "Also train D for --epochs, as the paper does (more steps for D ∪ D′): a column "
@@ -107,13 +98,7 @@ class ODmAPJobOptions(TrainChoice):
         if self.data is None and self.dataset != "toyworld":
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         check_data_root(self.dataset, self.data)
-        if self.converged and (self.epochs is not None or self.equal_epochs):
-            raise ValueError(
-                "--converged trains each run until it levels off: it takes --max-epochs and "
-                "--patience, not --epochs or --equal-epochs"
-            )
-        if not self.converged and (self.patience is not None or self.max_epochs is not None):
-            raise ValueError("--patience and --max-epochs apply to --converged")
+        self.check_budget({"--epochs": self.epochs, "--equal-epochs": self.equal_epochs})
 
 
 def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
@@ -156,8 +141,7 @@ def odmap_steps(
     }  # fmt: skip
     model = options.model
     if options.converged:
-        auto = {**train, "epochs": "auto", "patience": options.patience,
-                "max_epochs": options.max_epochs}  # fmt: skip
+        auto = {**train, **options.budget()}
         until = "until its val RSUM levels off, then test its best epoch"
         steps += [
             train_step(TREATED, f"train {model} on D ∪ D′ {until}",

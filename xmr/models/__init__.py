@@ -23,9 +23,12 @@ from xmr.models.registry import (
     list_models,
     needs_corpus,
 )
+from xmr.models.toy_clip import TOY_ARCH, TOY_TAG
 
 __all__ = [
     "TINY_ARCHS",
+    "TOY_ARCH",
+    "TOY_TAG",
     "CheckpointError",
     "Corpus",
     "ModelSpec",

@@ -6,7 +6,9 @@ checks its flags, and a Ray driver does its own work, without it. Once imported 
 ``xmr/models/configs/*.json`` too: ``open_clip.create_model("xmr-tiny")`` and
 ``open_clip.get_tokenizer("xmr-tiny")`` work after :func:`registered_open_clip`.
 Pretrained tags (``openai``, ``laion2b_s34b_b79k``, ...) are downloaded by open_clip and need a
-network; offline, use ``pretrained=None`` (random init) and a local ``checkpoint``.
+network; offline, use ``pretrained=None`` (random init) and a local ``checkpoint``. xmr's own
+tag ``toy`` (``xmr-tiny`` only) is the toy CLIP shipped in the package
+(:mod:`xmr.models.toy_clip`): no network.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ from xmr.models.base import Corpus, ModelSpec, RetrievalModel
 from xmr.models.batch import TrainBatch
 from xmr.models.losses import LossConfig, contrastive_losses, fair_contrastive_t2i, mix_fair
 from xmr.models.objective import Objective, pair_features
+from xmr.models.toy_clip import (
+    TOY_ARCH,
+    TOY_TAG,
+    check_toy_weights,
+    load_toy_weights,
+    toy_tags,
+)
 
 CONFIGS = Path(__file__).parent / "configs"
 
@@ -140,6 +149,7 @@ def _fetch(arch: str, pretrained: str) -> None:
     open_clip = registered_open_clip()
     tags = open_clip.list_pretrained_tags_by_model(arch)
     if pretrained not in tags:
+        tags = [*toy_tags(arch), *tags]
         choices = f"its tags are {tags}" if tags else "it has no pretrained weights"
         raise ValueError(
             f"unknown pretrained tag {pretrained!r} for clip arch {arch!r}: {choices}; "
@@ -155,16 +165,49 @@ def _fetch(arch: str, pretrained: str) -> None:
         ) from exc
 
 
+def check_pretrained(spec: ModelSpec) -> None:
+    """Fail fast, before any worker starts, on xmr's own tags: the toy CLIP's weights are
+    there and match their record (:func:`~xmr.models.toy_clip.check_toy_weights`). open_clip's
+    tags are checked where the model is built (they may need a download).
+
+    Raises:
+        FileNotFoundError / ValueError: naming the file or the tag.
+    """
+    if spec.pretrained == TOY_TAG:
+        if spec.arch != TOY_ARCH:
+            raise ValueError(
+                f"--pretrained {TOY_TAG} is the toy CLIP, an {TOY_ARCH} model; got --arch "
+                f"{spec.arch}"
+            )
+        check_toy_weights()
+
+
+def create_open_clip(
+    arch: str, pretrained: str | None
+) -> tuple[nn.Module, Callable[[Image.Image], torch.Tensor]]:
+    """An open_clip model of ``arch`` and its eval transform: random init (``None``), the toy
+    CLIP (``"toy"``, :mod:`~xmr.models.toy_clip`) or open_clip's weights of ``pretrained``.
+
+    Raises:
+        ValueError: an unknown tag. RuntimeError: open_clip's weights could not be fetched.
+    """
+    open_clip = registered_open_clip()
+    toy = pretrained is not None and pretrained in toy_tags(arch)
+    if pretrained is not None and not toy:
+        _fetch(arch, pretrained)
+    with without_message("No pretrained weights loaded"):  # random init is what was asked
+        model, _, transform = open_clip.create_model_and_transforms(
+            arch, pretrained=None if toy else pretrained
+        )
+    if toy:
+        load_toy_weights(model)
+    return model, transform
+
+
 def build(spec: ModelSpec, corpus: Corpus | None = None) -> ClipModel:
     """Build ``spec.arch`` on CPU: random init, or the weights of ``spec.pretrained``.
 
     CLIP's BPE vocabulary is fixed: ``corpus`` is not needed.
     """
-    open_clip = registered_open_clip()
-    if spec.pretrained is not None:
-        _fetch(spec.arch, spec.pretrained)
-    with without_message("No pretrained weights loaded"):  # random init is what was asked
-        model, _, transform = open_clip.create_model_and_transforms(
-            spec.arch, pretrained=spec.pretrained
-        )
-    return ClipModel(spec, model, transform, open_clip.get_tokenizer(spec.arch))
+    model, transform = create_open_clip(spec.arch, spec.pretrained)
+    return ClipModel(spec, model, transform, registered_open_clip().get_tokenizer(spec.arch))

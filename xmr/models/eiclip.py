@@ -77,6 +77,12 @@ def list_archs() -> list[str]:
     return clip.list_archs()
 
 
+def check_pretrained(spec: ModelSpec) -> None:
+    """As the ``clip`` family's (:func:`xmr.models.clip.check_pretrained`): EI-CLIP's image
+    and description encoders are a CLIP, ``--pretrained toy`` included."""
+    clip.check_pretrained(spec)
+
+
 # ---------------------------------------------------------------------------------------------
 # Entity vocabularies
 
@@ -437,11 +443,7 @@ def build(
     if config is None:
         raise ValueError(f"eiclip arch {spec.arch!r} has no open_clip config")
     vocabularies, dim = _vocabularies(spec, corpus, min_count, entity_dim, config["embed_dim"])
-    if spec.pretrained is not None:
-        clip._fetch(spec.arch, spec.pretrained)
-    model, _, transform = open_clip.create_model_and_transforms(
-        spec.arch, pretrained=spec.pretrained
-    )
+    model, transform = clip.create_open_clip(spec.arch, spec.pretrained)
     sizes = {group: len(vocabulary) for group, vocabulary in vocabularies.items()}
     net = EiClipNet(model, sizes, dim, config["embed_dim"])
     return EiClipModel(spec, net, vocabularies, dim, transform, open_clip.get_tokenizer(spec.arch))
@@ -456,6 +458,7 @@ __all__ = [
     "EiClipObjective",
     "EntityEncoder",
     "build",
+    "check_pretrained",
     "entity_vocabularies",
     "list_archs",
 ]

@@ -94,12 +94,17 @@ def needs_corpus(spec: ModelSpec) -> bool:
 
 
 def check_spec(spec: ModelSpec) -> ModelFamily:
-    """Fail fast, before any worker starts: unknown family or arch, or a checkpoint that is
-    missing or holds no state dict (it is read here, on CPU).
+    """Fail fast, before any worker starts: unknown family or arch, pretrained weights that
+    the family can tell are unusable without building the model (a family that can defines
+    ``check_pretrained(spec)`` next to ``build``: the toy CLIP's file), or a checkpoint that
+    is missing or holds no state dict (it is read here, on CPU).
 
     Returns the family module. Raises ValueError or FileNotFoundError naming what is wrong.
     """
     family = _checked_family(spec)
+    check_pretrained = getattr(family, "check_pretrained", None)
+    if spec.pretrained is not None and check_pretrained is not None:
+        check_pretrained(spec)
     if spec.checkpoint is not None:
         read_state_dict(spec.checkpoint)
     return family

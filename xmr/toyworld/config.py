@@ -18,7 +18,10 @@ from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 import yaml
 
-PACKAGED_WORLDS = {"binding": Path(__file__).parent / "scene" / "binding.yaml"}
+PACKAGED_WORLDS = {
+    name: Path(__file__).parent / "scene" / f"{name}.yaml"
+    for name in ("binding", "pets", "street", "pretrain")
+}
 """World YAMLs that ship with xmr, by the name ``--config`` takes instead of a path."""
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _RESERVED_FOLDERS = ("annotations", "counterfactuals", "binding")

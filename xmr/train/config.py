@@ -3,7 +3,9 @@
 Defaults (odmap paper §4.1 for VSE++, CLIP and BLIP; EI-CLIP paper §4 for EI-CLIP) apply to any
 field the user leaves unset. On ToyWorld without pretrained weights the small ``TOYWORLD``
 presets apply instead: tiny architectures trained from scratch on CPU in minutes, where the
-papers' finetuning learning rates would barely move random weights.
+papers' finetuning learning rates would barely move random weights. With the toy CLIP
+(``--pretrained toy``, :mod:`xmr.models.toy_clip`) the ``TOY_FINETUNE`` presets apply: the
+papers' regime, a pretrained CLIP finetuned, at the toy model's scale.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from xmr.fields import check_options, resolve_paths
-from xmr.models import TINY_ARCHS, ModelSpec
+from xmr.models import TINY_ARCHS, TOY_ARCH, TOY_TAG, ModelSpec
 from xmr.models.losses import LossConfig
 from xmr.storage import StoragePath, storage_path
 from xmr.train.convergence import AUTO, Convergence
@@ -30,8 +32,10 @@ class OptimConfig:
     """Optimiser and learning-rate schedule (logged as ``optim.*``).
 
     ``step``: multiply the rate by ``gamma`` every ``step_epochs`` epochs (fractions allowed:
-    BLIP halves it every half epoch); ``cosine``: anneal to 0 over the run. Both after
-    ``warmup_steps`` of linear warm-up.
+    BLIP halves it every half epoch), or every ``step_period`` optimiser steps when set (a
+    control matched to another run's steps takes that run's period, so both follow one
+    learning-rate path step by step, whatever their epochs' lengths); ``cosine``: anneal to 0
+    over the run. Both after ``warmup_steps`` of linear warm-up.
     """
 
     name: str = "adam"
@@ -41,8 +45,11 @@ class OptimConfig:
     step_epochs: float = 2.0
     gamma: float = 0.5
     warmup_steps: int = 0
+    step_period: int | None = None  # optimiser steps per ``gamma``; None: step_epochs' steps
 
     def __post_init__(self) -> None:
+        if self.step_period is not None and self.step_period < 1:
+            raise ValueError(f"--lr-step-period must be >= 1, got {self.step_period}")
         if self.name not in OPTIMIZERS:
             raise ValueError(f"optimizer {self.name!r} is not one of {', '.join(OPTIMIZERS)}")
         if self.schedule not in SCHEDULES:
@@ -98,6 +105,18 @@ TOYWORLD: dict[str, FamilyDefaults] = {
     ),
 }
 """From-scratch presets for ToyWorld on a laptop CPU (tiny architectures, higher rates)."""
+
+TOY_FINETUNE: dict[str, FamilyDefaults] = {
+    "clip": FamilyDefaults(TOY_ARCH, TOY_TAG, 2, 128, OptimConfig("adam", 1e-4, step_epochs=1)),
+    "eiclip": FamilyDefaults(
+        TOY_ARCH,
+        TOY_TAG,
+        2,
+        128,
+        OptimConfig("adam", 1e-4, weight_decay=1e-4, schedule="cosine", warmup_steps=50),
+    ),
+}
+"""Finetuning the toy CLIP (``--pretrained toy``): the CLIP families only (it is a CLIP)."""
 
 
 @dataclass(frozen=True)
@@ -207,17 +226,20 @@ class TrainConfig:
     def fingerprint(self, *, seeded: bool = True) -> str:
         """Hash of what decides the trained weights (not where or how fast it runs).
 
-        ``hard_negatives`` enters only when off, ``synth_only`` only when on, ``precision``
-        only when not fp32, the loss's ``fair_captions`` and ``max_violation_after`` only when
-        not their defaults, ``steps`` only when set (then ``epochs``, which follows from
-        it, does not) and ``convergence`` only when set (with ``eval_every``, which decides
-        where it stops), so runs named before the flags existed keep their names. ``seeded``
-        False: without the seed, the hash of a group of runs over seeds (``--seeds``).
+        ``optim.step_period`` enters only when set, ``hard_negatives`` only when off,
+        ``synth_only`` only when on, ``precision`` only when not fp32, the loss's
+        ``fair_captions`` and ``max_violation_after`` only when not their defaults, ``steps``
+        only when set (then ``epochs``, which follows from it, does not) and ``convergence``
+        only when set (with ``eval_every``, which decides where it stops), so runs named
+        before the flags existed keep their names. ``seeded`` False: without the seed, the
+        hash of a group of runs over seeds (``--seeds``).
         """
         keep = {k: v for k, v in self.to_dict().items() if k not in _RUNTIME_FIELDS}
         for key, default in (("fair_captions", "neutral"), ("max_violation_after", 0)):
             if keep["loss"].get(key) == default:  # runs named before these loss fields
                 del keep["loss"][key]
+        if keep["optim"]["step_period"] is None:  # runs named before the field
+            del keep["optim"]["step_period"]
         if self.convergence is None:
             del keep["convergence"]
         else:
@@ -280,7 +302,7 @@ class TrainConfig:
         return {
             **self.model.params(),
             **self.loss.params(),
-            **{f"optim.{k}": str(v) for k, v in asdict(self.optim).items()},
+            **{f"optim.{k}": _param(v) for k, v in asdict(self.optim).items()},
             "data.dataset": self.dataset,
             "data.root": str(self.data or "default toyworld"),
             "data.split": self.split,
@@ -302,6 +324,11 @@ class TrainConfig:
         }
 
 
+def _param(value: Any) -> str:
+    """A param's text: ``"none"`` for an unset value."""
+    return "none" if value is None else str(value)
+
+
 _RUNTIME_FIELDS = {"workers", "gpus_per_worker", "cpus_per_worker", "max_failures", "name",
                    "storage", "eval_every", "accum_steps", "loaders", "loader_cpus"}  # fmt: skip
 
@@ -319,6 +346,7 @@ def resolve_config(
     steps: int | None = None,
     batch_size: int | None = None,
     lr: float | None = None,
+    lr_step_period: int | None = None,
     fair_alpha: float = 0.0,
     fair_captions: str = "neutral",
     max_violation: bool | None = None,
@@ -328,9 +356,10 @@ def resolve_config(
 ) -> TrainConfig:
     """A :class:`TrainConfig` with the family's defaults for every unset (None) field.
 
-    On ToyWorld with no ``pretrained`` tag given, the :data:`TOYWORLD` presets apply;
-    otherwise :data:`PAPER_DEFAULTS`. ``pretrained="none"`` forces random init. A value given,
-    zero included, is kept (and refused when out of bounds), never replaced by the default.
+    On ToyWorld with no ``pretrained`` tag given, the :data:`TOYWORLD` presets apply; with the
+    toy CLIP's tag, :data:`TOY_FINETUNE`; otherwise :data:`PAPER_DEFAULTS`.
+    ``pretrained="none"`` forces random init. A value given, zero included, is kept (and
+    refused when out of bounds), never replaced by the default.
     ``steps`` and ``epochs`` exclude each other (the steps decide the epochs); ``epochs``
     ``"auto"`` trains to convergence, stopped by ``patience``, ``min_delta`` and
     ``max_epochs`` (:class:`~xmr.train.convergence.Convergence`'s defaults for those unset),
@@ -352,8 +381,13 @@ def resolve_config(
         flags = ", ".join(f"--{key.replace('_', '-')}" for key in given)
         verb = "applies" if len(given) == 1 else "apply"
         raise ValueError(f"{flags} {verb} to --epochs auto (training to convergence)")
-    table = PAPER_DEFAULTS if dataset != "toyworld" or pretrained is not None else TOYWORLD
+    table = _presets(dataset, pretrained)
     if family not in table:
+        if family in PAPER_DEFAULTS:  # a family the toy CLIP is not
+            raise ValueError(
+                f"--pretrained {TOY_TAG} is the toy CLIP: it finetunes the families "
+                f"{', '.join(sorted(table))}, not {family}"
+            )
         raise ValueError(f"unknown model family {family!r}; choose from {sorted(table)}")
     defaults = table[family]
     spec = ModelSpec(
@@ -363,6 +397,8 @@ def resolve_config(
         init,
     )
     optim = defaults.optim if lr is None else replace(defaults.optim, lr=lr)
+    if lr_step_period is not None:
+        optim = replace(optim, step_period=lr_step_period)
     if max_violation is None:  # a warm-up asks for the hardest negative after it
         max_violation = True if max_violation_after else defaults.max_violation
     if dataset == "fashiongen":  # its test set is not public: the papers test on validation
@@ -384,3 +420,11 @@ def resolve_config(
         dataset=dataset,
         **fields,
     )
+
+
+def _presets(dataset: str, pretrained: str | None) -> dict[str, FamilyDefaults]:
+    """The defaults table: :data:`TOY_FINETUNE` for the toy CLIP, :data:`TOYWORLD` on ToyWorld
+    with no tag, else :data:`PAPER_DEFAULTS`."""
+    if pretrained == TOY_TAG:
+        return TOY_FINETUNE
+    return PAPER_DEFAULTS if dataset != "toyworld" or pretrained is not None else TOYWORLD

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xmr.data.registry import DATASETS
 from xmr.fields import check_name, check_options, option, resolve_paths
@@ -72,6 +73,48 @@ class TrainChoice(DataChoice, ModelChoice):
 
 
 @dataclass(frozen=True)
+class ConvergenceChoice:
+    """``--converged``, ``--patience``, ``--max-epochs``: the option group of every job that
+    compares trained models, to compare them where each levelled off instead of at a fixed
+    budget (each run ``xmr train --epochs auto``)."""
+
+    converged: bool = option(
+        False,
+        "Train every run until its val RSUM levels off (xmr train --epochs auto), then test "
+        "its best epoch, and compare them there instead of at a fixed budget.",
+    )
+    patience: int | None = option(
+        None, "--converged: evaluations without a gain before a run stops (default: 3).", ge=1
+    )
+    max_epochs: int | None = option(
+        None, "--converged: the most epochs a run trains (default: 30).", ge=1
+    )
+
+    def check_budget(self, fixed: dict[str, Any]) -> None:
+        """Refuse a fixed budget beside ``--converged`` (``fixed``: flag -> value, None or
+        False when not given), and ``--patience`` or ``--max-epochs`` without it.
+
+        Raises:
+            ValueError: naming the flags.
+        """
+        given = [flag for flag, value in fixed.items() if value not in (None, False)]
+        if self.converged and given:
+            raise ValueError(
+                "--converged trains each run until it levels off: it takes --max-epochs and "
+                f"--patience, not {' or '.join(given)}"
+            )
+        if not self.converged and (self.patience is not None or self.max_epochs is not None):
+            raise ValueError("--patience and --max-epochs apply to --converged")
+
+    def budget(self) -> dict[str, Any]:
+        """``xmr train``'s budget options for ``--converged``: ``epochs="auto"`` with the
+        patience and the cap; ``{}`` without it."""
+        if not self.converged:
+            return {}
+        return {"epochs": AUTO, "patience": self.patience, "max_epochs": self.max_epochs}
+
+
+@dataclass(frozen=True)
 class TrainOptions(TrainChoice):
     """``xmr train``'s options, named as its flags (paths absolute): :class:`TrainChoice`'s,
     then how the run trains, where it goes and on what resources."""
@@ -126,6 +169,13 @@ class TrainOptions(TrainChoice):
         ge=1,
     )
     lr: float | None = option(None, "Learning rate (default: the family's).", gt=0)
+    lr_step_period: int | None = option(
+        None,
+        "The step schedule's period in optimiser steps (default: the family's step epochs × "
+        "this run's steps per epoch). A control matched to another run's --steps takes that "
+        "run's (its param train.lr_step_period), so both follow one learning-rate path.",
+        ge=1,
+    )
     precision: str = option(
         "fp32",
         "fp32 | bf16 (bfloat16 autocast) | amp (float16 autocast, gradient scaler); "

@@ -57,6 +57,7 @@ from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, stop_rea
 from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
 from xmr.train.loader import StartClock, loader_count, training_dataset, training_plan
 from xmr.train.loop import MODEL_FILE, train_loop
+from xmr.train.optim import LR_STEP_PERIOD, step_period
 from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE, RUN_ID_KEY, TrainResult
 
 STOP_REASON_TAG = "xmr.stop_reason"  # why a run trained with --epochs auto stopped where it did
@@ -327,6 +328,7 @@ def train(
         "data.dprime_digest": data.dprime_digest or "none",
         "data.synth_mode": data.synth_mode or "none",
         "train.total_steps": str(config.total_steps(steps_per_epoch)),
+        "train.lr_step_period": str(step_period(config.optim, steps_per_epoch)),
         # data.synth_ratio is the ratio asked for; D′ may have had fewer pairs
         **({"data.synth_ratio_used": f"{data.synth_ratio:.6g}"} if config.synth else {}),
     }
@@ -382,6 +384,7 @@ def train(
     with run.ending():  # FINISHED, or FAILED when training or logging raises
         result = trainer.fit()
         metrics = {k: float(v) for k, v in (result.metrics or {}).items() if is_finite_number(v)}
+        metrics[LR_STEP_PERIOD] = float(step_period(config.optim, steps_per_epoch))
         last = run_dir / "last.pt"
         best = run_dir / "best.pt"
         run.log_metrics(
