@@ -428,6 +428,35 @@ def test_both_protocols_on_a_shop_world(shop, shop_model: EiClipModel) -> None:
         product_retrieval(clip, bare)
 
 
+def test_each_kind_of_brand_name_is_scored_on_its_own_queries(shop, shop_model) -> None:
+    """``split_by``: each protocol again on the queries of each kind of brand name (a scene
+    word the toy CLIP knows, a shop word, an invented name), its per-query hits the full
+    set's hits of those queries, with an interval, and SumR per kind and protocol."""
+    from xmr.toyworld import load_shop_config
+    from xmr.toyworld.shop.brand_kinds import BRAND_KINDS, brand_kinds
+
+    test = shop[1]
+    kinds = brand_kinds(load_shop_config(None))
+    assert {kinds[b] for b in ("horse", "navy", "verlaine")} == set(BRAND_KINDS)
+    whole = product_retrieval(shop_model, test, candidates=20, seed=0)
+    result = product_retrieval(shop_model, test, candidates=20, seed=0, split_by=("brand", kinds))
+    assert {k: v for k, v in result.metrics.items() if "brand_" not in k} == whole.metrics
+    for name, queries in whole.per_query.items():
+        parts = {kind: result.per_query.get(f"{name}_brand_{kind}") for kind in BRAND_KINDS}
+        present = {kind: part for kind, part in parts.items() if part is not None}
+        assert sum(len(part.keys) for part in present.values()) == len(queries.keys)
+        for kind, part in present.items():
+            index = [queries.keys.index(key) for key in part.keys]
+            for metric, hits in queries.values.items():
+                cut = metric.replace("test/", f"test/brand_{kind}/", 1)
+                assert np.array_equal(part.values[cut], hits[index])
+                assert result.metrics[cut] == pytest.approx(hits[index].mean())
+                assert cut in result.intervals
+    for kind in BRAND_KINDS:
+        assert f"test/brand_{kind}/sumr" in result.metrics
+        assert f"test/brand_{kind}/subcat_sumr" in result.metrics
+
+
 def test_subcat_protocol_discards_the_category_entities(shop, shop_model: EiClipModel) -> None:
     test, model = shop[1], _boosted(shop_model)
     got = product_retrieval(model, test, protocols=("subcat",), candidates=4, ks=(1,)).metrics

@@ -235,3 +235,13 @@ def test_default_shop_world_is_cached(tmp_path, monkeypatch) -> None:
     assert json.loads((root / "world.json").read_text())["mode"] == "shop"
     with pytest.raises(ValueError, match="unknown ToyWorld mode 'shops'"):
         default_toyworld(4, mode="shops")
+
+
+def test_a_shop_worlds_brand_kinds_come_from_its_own_record(world, small_toyworld) -> None:
+    """What training's brand split reads: the shop's brands from its ``world.json``, each a
+    scene word, a shop word or an invented name; none for a scene world."""
+    from xmr.toyworld.shop.brand_kinds import brand_kinds, world_brand_kinds
+
+    assert world_brand_kinds(world) == brand_kinds(_config())
+    assert world_brand_kinds(world)["dog"] == "scene_word"
+    assert world_brand_kinds(small_toyworld) is None

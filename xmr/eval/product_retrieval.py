@@ -96,6 +96,7 @@ class ProductSet:
         text_entities: group -> ``T`` entity values of each text's product ("" = none).
         product_ids: ``[P]`` int64, the product id of each product index.
         product_subcategory: ``P`` sub-category values ("" = unknown).
+        product_entities: group -> ``P`` entity values of each product ("" = none).
     """
 
     image_paths: list[Path]
@@ -105,6 +106,7 @@ class ProductSet:
     text_entities: dict[str, list[str]]
     product_ids: np.ndarray
     product_subcategory: list[str]
+    product_entities: dict[str, list[str]]
 
     @classmethod
     def from_records(
@@ -149,6 +151,7 @@ class ProductSet:
             text_entities={g: [first[p].entities.get(g, "") for p in text_product] for g in groups},
             product_ids=np.array(list(index), dtype=np.int64),
             product_subcategory=[record.entities.get(subcategory_group, "") for record in first],
+            product_entities={g: [record.entities.get(g, "") for record in first] for g in groups},
         )
 
 
@@ -355,8 +358,16 @@ def product_retrieval(
     batch_size: int = 64,
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
+    split_by: tuple[str, Mapping[str, str]] | None = None,
 ) -> ProductRetrievalResult:
     """Evaluate ``model`` on the products of ``records`` (one split) with ``protocols``.
+
+    ``split_by``: ``(entity group, value -> subset)``, e.g. ``("brand", {"horse": "scene_word",
+    ...})``: every protocol is also scored on the queries of each subset alone (those whose
+    product has that value of the group; values not in the mapping in none), metrics
+    ``{split}/{group}_{subset}/recall_…`` and ``…/sumr``, query sets
+    ``{set}_{group}_{subset}``: where a method's gain lies, e.g. on the brands that a pretrained
+    model already reads as something else.
 
     ``product_ids``: image id -> product id (Fashion-Gen's ``read_product_ids``); ``candidates``:
     negatives sampled per query in the ``subcat`` protocol, from ``np.random.default_rng([seed,
@@ -431,8 +442,60 @@ def product_retrieval(
         recalls = _recalls(per_query[f"subcat_{d}"] for d in DIRECTIONS)
         metrics.update({name: r for direction in recalls for name, r in direction.items()})
         metrics[f"{prefix}subcat_sumr"] = summed_recall(recalls)
+    if split_by is not None:
+        subsets = _query_subsets(per_query, keys, products, *split_by, prefix)
+        for name, subset in subsets.items():
+            per_query[name] = subset
+            metrics.update(_recalls([subset])[0])
+        metrics.update(_subset_sumr(subsets, split_by[0], prefix))
     intervals = intervals_of(per_query, resamples=resamples, confidence=confidence, seed=seed)
     return ProductRetrievalResult(metrics, counts, intervals, per_query)
+
+
+def _query_subsets(
+    per_query: Mapping[str, QueryValues],
+    keys: Mapping[str, Sequence[str]],
+    products: ProductSet,
+    group: str,
+    subsets: Mapping[str, str],
+    prefix: str,
+) -> dict[str, QueryValues]:
+    """Each query set of ``per_query`` cut into ``subsets`` by the ``group`` entity of each
+    query's product: ``{set}_{group}_{subset}``, metric ``{prefix}{group}_{subset}/…``."""
+    values = products.product_entities.get(group, [""] * len(products.product_ids))
+    product_of = {
+        "i2t": dict(zip(keys["i2t"], products.image_product.tolist(), strict=True)),
+        "t2i": dict(zip(keys["t2i"], products.text_product.tolist(), strict=True)),
+    }
+    cut: dict[str, QueryValues] = {}
+    for name, queries in per_query.items():
+        direction = name.rsplit("_", 1)[1]
+        label = [subsets.get(values[product_of[direction][key]]) for key in queries.keys]
+        for subset in sorted(set(subsets.values())):
+            mask = np.array([found == subset for found in label], dtype=bool)
+            if not mask.any():
+                continue
+            renamed = {
+                metric.replace(prefix, f"{prefix}{group}_{subset}/", 1): hits[mask]
+                for metric, hits in queries.values.items()
+            }
+            kept = [key for key, keep in zip(queries.keys, mask, strict=True) if keep]
+            cut[f"{name}_{group}_{subset}"] = QueryValues(kept, renamed)
+    return cut
+
+
+def _subset_sumr(subsets: Mapping[str, QueryValues], group: str, prefix: str) -> dict[str, float]:
+    """SumR of each subset and protocol that has queries in both directions."""
+    sumr: dict[str, float] = {}
+    for name in subsets:
+        protocol, direction, rest = name.split("_", 2)
+        if direction != "i2t" or f"{protocol}_t2i_{rest}" not in subsets:
+            continue
+        subset = rest.removeprefix(f"{group}_")
+        infix = "" if protocol == "products" else f"{protocol}_"
+        pair = [subsets[name], subsets[f"{protocol}_t2i_{rest}"]]
+        sumr[f"{prefix}{group}_{subset}/{infix}sumr"] = summed_recall(_recalls(pair))
+    return sumr
 
 
 def _query_set(hits: Mapping[int, np.ndarray], keys: Sequence[str], stem: str) -> QueryValues:

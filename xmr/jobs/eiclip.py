@@ -44,6 +44,7 @@ from xmr.jobs.comparison import comparison_table, condition_metrics, record_comp
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.storage import StoragePath
+from xmr.toyworld.shop.brand_kinds import BRAND_GROUP, BRAND_KINDS
 from xmr.train.options import ConvergenceChoice, DataChoice, TrainOptions
 
 DATASETS = ("toyworld", "fashiongen")
@@ -57,6 +58,10 @@ PREFIXES = {"CLIP": "clip", "EI-CLIP": "eiclip"}
 
 PROTOCOLS = {"full": "Full candidate set", "subcat": "Sample 100 (same sub-category)"}
 """The paper's two protocols: the metric infix (``subcat_``) and the table's title."""
+
+BY_BRAND = "brand"
+"""The rows of the table by kind of brand name (a ToyWorld shop's, :mod:`brand_kinds
+<xmr.toyworld.shop.brand_kinds>`): where EI-CLIP's gain lies."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,8 @@ def eiclip_steps(
 
 def protocol_rows(split: str) -> dict[str, list[str]]:
     """Per protocol, its metrics of ``split`` in table order: Rank@1/5/10 image→text, then
-    text→image, then SumR.
+    text→image, then SumR; and :data:`BY_BRAND`'s: Rank@1 both ways and both protocols' SumR
+    on each kind of brand name's queries (a ToyWorld shop's only).
 
     >>> protocol_rows("validation")["subcat"][-1]
     'validation/subcat_sumr'
@@ -208,6 +214,11 @@ def protocol_rows(split: str) -> dict[str, list[str]]:
             *(f"{split}/{infix}recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)),
             f"{split}/{infix}sumr",
         ]
+    rows[BY_BRAND] = [
+        f"{split}/{BRAND_GROUP}_{kind}/{metric}"
+        for kind in BRAND_KINDS
+        for metric in ("recall_t2i_at_1", "recall_i2t_at_1", "sumr", "subcat_sumr")
+    ]
     return rows
 
 
@@ -224,15 +235,20 @@ def compare_step(context: StepContext, rows: Mapping[str, list[str]]) -> StepOut
 
 
 def eiclip_report(outcomes: Mapping[str, StepOutcome], rows: Mapping[str, list[str]]) -> Group:
-    """One table per protocol: Rank@K both ways and SumR of each model."""
+    """One table per protocol: Rank@K both ways and SumR of each model; on a ToyWorld shop a
+    third, by kind of brand name (the confounded brands against the invented ones)."""
     metrics = condition_metrics(outcomes, _trained(outcomes))
+    titles = {**PROTOCOLS, BY_BRAND: "By kind of brand name (full candidate set; SumR of both)"}
     tables = []
-    for protocol, title in PROTOCOLS.items():
+    for protocol, title in titles.items():
         split = rows[protocol][0].split("/")[0]
-        infix = "" if protocol == "full" else f"{protocol}_"
+        if not any(row in values for values in metrics.values() for row in rows[protocol]):
+            continue  # no brand kinds: product data without a ToyWorld shop's brands
+        infix = "" if protocol in ("full", BY_BRAND) else f"{protocol}_"
 
         def label(row: str, prefix: str = f"{split}/{infix}") -> str:
-            name = row.removeprefix(prefix).replace("_at_", "@")
+            name = row.removeprefix(prefix).replace("_at_", "@").replace("subcat_", "Sample 100 ")
+            name = name.replace(f"{BRAND_GROUP}_", "").replace("/", ": ", 1)
             return name.replace("recall_", "Rank ").replace("sumr", "SumR")
 
         tables.append(

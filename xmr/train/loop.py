@@ -50,6 +50,7 @@ from xmr.models.gather import mean_over_workers
 from xmr.progress import ProgressLines
 from xmr.storage import StoragePath, storage_path
 from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
+from xmr.toyworld.shop.brand_kinds import BRAND_GROUP, world_brand_kinds
 from xmr.train.config import TrainConfig
 from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, Plateau
 from xmr.train.epoch import train_one_epoch
@@ -92,14 +93,18 @@ def run_eval(
 
     Data with product entities (``products``: Fashion-Gen, the ToyWorld shop) is evaluated with
     the EI-CLIP paper's product protocols (full candidate set and same-sub-category "sample
-    100", SumR); everything else with ``metrics`` of :func:`xmr.eval.score.evaluate`.
+    100", SumR); a ToyWorld shop's also on each kind of brand name's queries alone
+    (:mod:`xmr.toyworld.shop.brand_kinds`: ``{split}/brand_scene_word/...``); everything else
+    with ``metrics`` of :func:`xmr.eval.score.evaluate`.
     """
     if products:
         records = read_dataset(config.dataset, data_root, split)
         product_ids = read_product_ids(data_root, split) if config.dataset == "fashiongen" else None
+        kinds = world_brand_kinds(data_root) if config.dataset == "toyworld" else None
         result = product_retrieval(
-            model, records, split=split, product_ids=product_ids, ks=config.ks, seed=config.seed
-        )
+            model, records, split=split, product_ids=product_ids, ks=config.ks, seed=config.seed,
+            split_by=None if kinds is None else (BRAND_GROUP, kinds),
+        )  # fmt: skip
         return {**result.metrics, **result.interval_metrics()}, result.per_query
     eval_config = EvalConfig(
         model=config.model,
