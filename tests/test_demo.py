@@ -34,6 +34,12 @@ def test_the_demo_is_the_odmap_job_at_laptop_size(tmp_path: Path) -> None:
         s.name: s.command for s in demo_job(tmp_path / "c", data=world, converged=True).steps
     }
     assert "--epochs auto" in converged["train-d"] and "--steps" not in converged["train-d"]
+    toy = {
+        s.name: s.command
+        for s in demo_job(tmp_path / "t", data=world, pretrained="toy", epochs=None).steps
+    }
+    assert all("--pretrained toy" in toy[name] for name in ("train-d-dprime", "train-d"))
+    assert "--epochs" not in toy["train-d-dprime"]  # the finetuning preset's
 
 
 @pytest.mark.slow
@@ -69,6 +75,9 @@ def test_demo_runs_the_odmap_job_and_a_rerun_skips_every_step(
     control = children["train-d"].data
     assert control.params["train.steps"] == control.params["train.total_steps"] == str(steps)
     assert control.metrics["train/global_step"] == steps
+    # ... on the same learning-rate path: D ∪ D′'s step-schedule period, not D's own epochs'.
+    period = treated.params["train.lr_step_period"]
+    assert control.params["train.lr_step_period"] == control.params["optim.step_period"] == period
     assert f"D ∪ D′ vs D at equal optimiser steps ({steps} each)" in result.output
     assert "D, same steps" in result.output and "D, same epochs" not in result.output
     assert children["train-d-dprime"].data.params["data.synth"] == str(workdir / "dprime")

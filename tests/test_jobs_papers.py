@@ -131,6 +131,7 @@ def test_the_biaug_job_builds_dprime_trains_step_matched_runs_scores_them_and_re
     d, dd = children["train-d"].data.params, children["train-d-dprime"].data.params
     steps = int(children["train-d-dprime"].data.metrics["train/global_step"])
     assert d["train.steps"] == d["train.total_steps"] == dd["train.total_steps"] == str(steps)
+    assert d["train.lr_step_period"] == d["optim.step_period"] == dd["train.lr_step_period"]
     assert (
         dd["train.epochs"] == "1" and children["train-d"].data.metrics["train/global_step"] == steps
     )

@@ -167,3 +167,28 @@ def test_the_toy_clip_job_plans_world_pretraining_export_and_zero_shot(tmp_path:
         assert f"world-{world}" in names and f"zero-shot-{world}" in names
     assert "binding-test" in names
     assert all("--pretrained toy" in s.command for s in job.steps if s.name.startswith("zero"))
+
+
+@pytest.mark.slow
+def test_a_training_worker_finetunes_the_toy_clip_offline(
+    local_ray, small_toyworld, nltk_tagger, tmp_path: Path, monkeypatch
+) -> None:
+    """``xmr train --pretrained toy``: the Ray Train worker builds the toy CLIP from the
+    package (no network: the hub is off), finetunes it with the finetuning preset and records
+    the tag; its first loss is the pretrained model's, far below a random model's."""
+    import mlflow
+
+    from xmr.train.run import train
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = {}
+    for pretrained in ("toy", "none"):
+        config = resolve_config(
+            "clip", pretrained=pretrained, arch="xmr-tiny", data=small_toyworld, steps=2,
+            batch_size=32, lr=1e-4, storage=tmp_path / "runs", name=f"from-{pretrained}",
+        )  # fmt: skip
+        runs[pretrained] = train(config, tracking_uri=uri)
+    toy = mlflow.MlflowClient(uri).get_run(runs["toy"].mlflow_run_id).data
+    assert toy.params["model.pretrained"] == "toy" and toy.params["optim.lr"] == "0.0001"
+    assert runs["toy"].metrics["train/loss"] < runs["none"].metrics["train/loss"]

@@ -343,6 +343,11 @@ class DemoOptions:
         "Train D and D ∪ D′ until their val RSUM levels off and compare them there, instead "
         "of at equal steps.",
     )
+    pretrained: str | None = option(
+        None,
+        "'toy': both runs finetune the toy CLIP (xmr-tiny pretrained on ToyWorld, as the "
+        "paper finetunes a pretrained CLIP) instead of training xmr-tiny from scratch.",
+    )
     equal_epochs: bool = option(
         False, "Also train D for --epochs, as the paper does: a column beside the headline."
     )
@@ -369,13 +374,13 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
     """
     from rich.console import Console
 
-    from xmr.demo import DEMO_EPOCHS, run_demo
+    from xmr.demo import demo_epochs, run_demo
     from xmr.jobs.odmap import odmap_report
 
     with user_errors():
         result = run_demo(
             seed=options.seed,
-            epochs=DEMO_EPOCHS if options.epochs is None else options.epochs,
+            epochs=demo_epochs(options.epochs, options.pretrained),
             workdir=options.workdir,
             tracking_uri=cluster.tracking_uri,
             address=cluster.address,
@@ -383,6 +388,7 @@ def demo_command(options: DemoOptions, cluster: ClusterOptions) -> None:
             data=options.data,
             converged=options.converged,
             equal_epochs=options.equal_epochs,
+            pretrained=options.pretrained,
         )
     console = Console()
     console.print(odmap_report(result.outcomes))

@@ -29,25 +29,41 @@ from xmr.toyworld.default_world import default_toyworld
 DEMO_EPOCHS = 3  # of D ∪ D′, whose steps D gets too: about 20 min on 2 cores, far from converged
 
 
+def demo_epochs(epochs: int | None, pretrained: str | None) -> int | None:
+    """The D ∪ D′ run's epochs: ``epochs`` when given; from scratch :data:`DEMO_EPOCHS`; from
+    the toy CLIP None (its finetuning preset's, :data:`~xmr.train.config.TOY_FINETUNE`).
+
+    >>> demo_epochs(None, None), demo_epochs(None, "toy"), demo_epochs(5, "toy")
+    (3, None, 5)
+    """
+    if epochs is not None:
+        return epochs
+    return None if pretrained else DEMO_EPOCHS
+
+
 def demo_job(
     workdir: StoragePath,
     *,
     seed: int = 0,
-    epochs: int = DEMO_EPOCHS,
+    epochs: int | None = DEMO_EPOCHS,
     cpus_per_worker: int = 2,
     progress: bool = True,
     data: StoragePath | None = None,
     converged: bool = False,
     equal_epochs: bool = False,
+    pretrained: str | None = None,
 ) -> Job:
     """The demo's job in ``workdir``, on ``data`` (another ToyWorld folder, from ``xmr data
     toyworld``, a path or ``s3://…``) or the default ToyWorld: D ∪ D′ for ``epochs`` against
     D at its steps (``equal_epochs``: and D for ``epochs`` too), or ``converged`` both trained
-    until they level off (``epochs`` unused)."""
+    until they level off (``epochs`` unused); ``pretrained`` ``"toy"``: both finetune the toy
+    CLIP (None: ``xmr-tiny`` from scratch)."""
     check_data_folder("toyworld", data)
     world = data or default_toyworld(seed, progress=progress)
     budget = {"converged": True} if converged else {"epochs": epochs, "equal_epochs": equal_epochs}
-    options = ODmAPJobOptions(data=world, seed=seed, cpus_per_worker=cpus_per_worker, **budget)
+    options = ODmAPJobOptions(
+        data=world, seed=seed, cpus_per_worker=cpus_per_worker, pretrained=pretrained, **budget
+    )
     steps = odmap_steps(options, workdir, {"xmr.demo": f"seed{seed}"})
     return Job("odmap", f"demo-seed{seed}", workdir, job_params(options), steps, odmap_report)
 
@@ -56,7 +72,7 @@ def run_demo(
     workdir: StoragePath,
     *,
     seed: int = 0,
-    epochs: int = DEMO_EPOCHS,
+    epochs: int | None = DEMO_EPOCHS,
     tracking_uri: str | None = None,
     address: str | None = None,
     cpus_per_worker: int = 2,
@@ -64,6 +80,7 @@ def run_demo(
     data: StoragePath | None = None,
     converged: bool = False,
     equal_epochs: bool = False,
+    pretrained: str | None = None,
 ) -> JobResult:
     """Run (or resume) the demo in ``workdir``: D′ in ``workdir/dprime``, runs in
     ``workdir/runs``, the comparison in ``workdir/comparison.csv``."""
@@ -76,5 +93,6 @@ def run_demo(
         data=data,
         converged=converged,
         equal_epochs=equal_epochs,
+        pretrained=pretrained,
     )
     return run_job(job, tracking_uri=tracking_uri, address=address, console=Console())
