@@ -211,6 +211,24 @@ def test_the_biaug_job_prints_its_plan(tmp_path: Path) -> None:
     assert "--fill sd --boxes groundingdino" in plan and "world:" not in plan  # synth's defaults
 
 
+def test_the_biaug_job_adds_the_hard_negative_ablation_on_the_same_budget(tmp_path: Path) -> None:
+    """``--hard-negative-ablation``: D ∪ BiAug-D′ again with its pairs shuffled freely, for
+    the headline run's optimiser steps (or, ``--converged``, until it levels off), a column
+    between D and D ∪ BiAug-D′."""
+    from xmr.jobs.biaug import BiAugJobOptions, biaug_job
+
+    for converged in (False, True):
+        options = BiAugJobOptions(hard_negative_ablation=True, converged=converged)
+        job = biaug_job(options, JobOptions(storage=tmp_path / "jobs"))
+        steps = {step.name: step.command for step in job.steps}
+        assert list(steps) == ["world", "synth", "train-d-dprime", "train-d-dprime-free",
+                               "train-d", "compare"]  # fmt: skip
+        free = steps["train-d-dprime-free"]
+        assert "--no-hard-negatives" in free and "--synth-ratio 0.5" in free
+        budget = "--epochs auto" if converged else "--steps <train-d-dprime's steps>"
+        assert budget in free and budget in steps["train-d"]
+
+
 def test_the_biaug_job_refuses_bad_options_before_any_step(tmp_path: Path) -> None:
     from xmr.jobs.biaug import BiAugJobOptions, biaug_job
 

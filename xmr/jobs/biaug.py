@@ -73,10 +73,14 @@ from xmr.train.options import ConvergenceChoice, TrainChoice, TrainOptions
 PACKAGED_WORLD = "binding"
 """The ToyWorld the job generates without ``--data`` or ``--world-config``."""
 
-CONDITIONS = {"D": "d", "D ∪ BiAug-D′": "d-dprime"}
-"""The two training conditions and their steps' suffix (``train-d``, ``aro-d``, ...)."""
+ABLATION = "D ∪ BiAug-D′, no hard negatives"
+"""The paper's ablation (``--hard-negative-ablation``): BiAug-D′'s pairs shuffled freely."""
 
-PREFIXES = {"D": "d", "D ∪ BiAug-D′": "d_dprime"}
+CONDITIONS = {"D": "d", ABLATION: "d-dprime-free", "D ∪ BiAug-D′": "d-dprime"}
+"""The training conditions and their steps' suffix (``train-d``, ``aro-d``, ...), the headline
+D ∪ BiAug-D′ last (the comparison's change is it over D); the ablation only when asked for."""
+
+PREFIXES = {"D": "d", ABLATION: "d_dprime_free", "D ∪ BiAug-D′": "d_dprime"}
 """Each condition's prefix in the job's MLflow run (``d/test/recall_t2i_at_1``)."""
 
 BENCHMARKS = ("aro", "sugarcrepe")
@@ -127,6 +131,12 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
     )
     sugarcrepe_images: Path | None = option(
         None, "SugarCrepe's COCO val2017 images (default: <--sugarcrepe>/val2017)."
+    )
+    hard_negative_ablation: bool = option(
+        False,
+        "Also train D ∪ BiAug-D′ with its pairs shuffled freely (xmr train --no-hard-negatives: "
+        "each positive's hard negative no longer in its batch), the paper's ablation, on the "
+        "same budget: a column between D and D ∪ BiAug-D′.",
     )
     seed: int = option(0, "Seed of the world, BiAug-D′ and both training runs.", ge=0)
     workers: int = option(1, "Data-parallel workers of each training run.", ge=1)
@@ -285,6 +295,18 @@ def biaug_steps(
     )
     values = {**train, **budget, "synth": dprime, "synth_ratio": ratio}
     steps.append(train_step(treated, summary, TrainOptions(model=options.model, **values), tags))
+    if options.hard_negative_ablation:
+        same = (
+            "until its val RSUM levels off" if options.converged else f"as many steps as {treated}"
+        )
+        summary = (
+            f"the same with its pairs shuffled freely (no hard negatives), {same}, then test it"
+        )
+        free = {**train, **options.budget(), "synth": dprime, "synth_ratio": ratio}
+        free_options = TrainOptions(model=options.model, **free, hard_negatives=False)
+        matched = None if options.converged else treated
+        steps.append(train_step(f"train-{CONDITIONS[ABLATION]}", summary, free_options, tags,
+                                steps_of=matched))  # fmt: skip
     if options.converged:
         summary = f"train {options.model} on D until its val RSUM levels off, then test it"
         control_options = TrainOptions(model=options.model, **train, **budget)
@@ -303,6 +325,8 @@ def biaug_steps(
         if benchmark == "sugarcrepe":
             scored["images"] = options.sugarcrepe_images
         for condition, suffix in CONDITIONS.items():
+            if condition == ABLATION and not options.hard_negative_ablation:
+                continue
             step = f"{benchmark}-{suffix}"
             values = {
                 "data": root,
@@ -348,25 +372,28 @@ def comparison_rows(split: str) -> list[str]:
     ]
 
 
-def _condition_steps() -> dict[str, list[str]]:
-    """Per condition, the steps holding its metrics: its training run and its evaluations."""
+def _condition_steps(outcomes: Mapping[str, StepOutcome]) -> dict[str, list[str]]:
+    """Per condition the job trained, the steps holding its metrics: its training run and its
+    evaluations."""
     return {
         condition: [f"train-{suffix}", *(f"{b}-{suffix}" for b in BENCHMARKS)]
         for condition, suffix in CONDITIONS.items()
+        if f"train-{suffix}" in outcomes
     }
 
 
 def compare_step(context: StepContext, rows: list[str]) -> StepOutcome:
     """Record the comparison (:func:`~xmr.jobs.comparison.record_comparison`)."""
-    return record_comparison(context, _condition_steps(), rows, PREFIXES)
+    return record_comparison(context, _condition_steps(context.outcomes), rows, PREFIXES)
 
 
 def biaug_report(outcomes: Mapping[str, StepOutcome], rows: list[str]) -> Table:
     """The finished job's comparison table, titled with the optimiser steps both runs took, or
     where converged runs stopped."""
-    metrics = condition_metrics(outcomes, _condition_steps())
+    trained = _condition_steps(outcomes)
+    metrics = condition_metrics(outcomes, trained)
     split = rows[0].split("/")[0]
-    runs = {c: outcomes[f"train-{s}"].metrics for c, s in CONDITIONS.items()}
+    runs = {c: outcomes[steps[0]].metrics for c, steps in trained.items()}
     steps = runs["D ∪ BiAug-D′"].get(GLOBAL_STEP)
     budget = "" if steps is None else f" at equal optimiser steps ({int(steps)} each)"
     if all(STOPPED_EPOCH in run for run in runs.values()):
