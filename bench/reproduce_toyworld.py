@@ -43,6 +43,7 @@ from pathlib import Path
 from training_runs import (  # bench/training_runs.py
     by_steps,
     final_metrics,
+    lr_step_period,
     paired_gains,
     run,
     seed_differences,
@@ -86,6 +87,11 @@ def main() -> None:
     parser.add_argument("--alphas", type=float, nargs="*", default=[],
                         help="FairSample α besides 0 on the first world's D")  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("xmr-repro"))
+    parser.add_argument(
+        "--pretrained", default=None,
+        help="'toy': every run finetunes the toy CLIP (give it its own --workdir); the "
+        "step-matched control then also takes D ∪ D′'s learning-rate period",
+    )  # fmt: skip
     parser.add_argument("--cpus-per-worker", type=int, default=2)
     parser.add_argument("--report-only", action="store_true", help="no training: the tables")
     args = parser.parse_args()
@@ -151,7 +157,8 @@ class Reproduction:
         run([*self.xmr, "train", "--data", str(self.world(world)),
              "--cpus-per-worker", str(self.args.cpus_per_worker),
              "--storage", str(self.workdir / "runs"), "--tracking-uri", self.uri,
-             "--seeds", seeds_flag(seeds or self.seeds), *flags, "--name", name])  # fmt: skip
+             "--seeds", seeds_flag(seeds or self.seeds), *self.init, *flags,
+             "--name", name])  # fmt: skip
 
     def runs(self, world: str) -> dict[str, dict[int, str]]:
         """Per condition, its run name per seed (the fixed-budget ones; converged ones when
@@ -176,8 +183,23 @@ class Reproduction:
         self.train(f"{world}-d-dprime", *epochs, "--synth", str(self.dprime(world)))
         steps = {seed: self.steps(world, seed) for seed in self.seeds}
         for count, group in by_steps(steps):  # one group per step count
-            self.train(f"{world}-d-steps{count}", "--steps", str(count), seeds=group)
+            # From the toy CLIP, on D ∪ D′'s learning-rate path too (the from-scratch tables
+            # were made before --lr-step-period; their runs keep their names and rates).
+            lr = self.matched_lr(world, group[0])
+            self.train(f"{world}-d-steps{count}", "--steps", str(count), *lr, seeds=group)
         self.train(f"{world}-d", *epochs)
+
+    @property
+    def init(self) -> list[str]:
+        """The runs' ``--pretrained`` flag, when given."""
+        return ["--pretrained", self.args.pretrained] if self.args.pretrained else []
+
+    def matched_lr(self, world: str, seed: int) -> list[str]:
+        """``--lr-step-period`` of the seed's D ∪ D′ run, for a control finetuning the toy
+        CLIP; none from scratch."""
+        if not self.args.pretrained:
+            return []
+        return ["--lr-step-period", str(lr_step_period(self.uri, f"{world}-d-dprime-seed{seed}"))]
 
     def train_converged(self, world: str) -> None:
         auto = ["--epochs", "auto", "--patience", str(self.args.patience),

@@ -64,6 +64,16 @@ def total_steps(tracking_uri: str, name: str, experiment: str = EXPERIMENT) -> i
     return int(sum({m.step: m.value for m in history}.values()))  # a resumed epoch counts once
 
 
+def lr_step_period(tracking_uri: str, name: str, experiment: str = EXPERIMENT) -> int:
+    """The ``step`` schedule's period (optimiser steps) of the finished run ``name``: its
+    param ``train.lr_step_period``, what a control matched to its steps takes
+    (``--lr-step-period``) to have its rate at every step."""
+    found = _finished_run(tracking_uri, name, experiment)
+    if "train.lr_step_period" not in found.data.params:
+        raise RuntimeError(f"{name} was trained before xmr logged train.lr_step_period")
+    return int(found.data.params["train.lr_step_period"])
+
+
 def by_steps(steps: Mapping[int, int]) -> list[tuple[int, list[int]]]:
     """Seeds grouped by step count, ``[(steps, seeds)]`` in ascending steps: one
     ``xmr train --steps N --seeds ...`` per group trains the step-matched control."""
