@@ -245,3 +245,22 @@ def test_a_shop_worlds_brand_kinds_come_from_its_own_record(world, small_toyworl
     assert world_brand_kinds(world) == brand_kinds(_config())
     assert world_brand_kinds(world)["dog"] == "scene_word"
     assert world_brand_kinds(small_toyworld) is None
+
+
+def test_the_confounded_shop_shows_the_scene_words_namesakes_on_other_brands() -> None:
+    """EI-CLIP's positive control (``--config shop-confounded``): the invented brands' logos
+    are scene objects drawn as scenes draw them (Verlaine a horse), the scene-word brands keep
+    abstract glyphs, at twice the logo size."""
+    from xmr.toyworld.shop.brand_kinds import brand_kinds
+    from xmr.toyworld.shop.catalogue import SCENE_GLYPHS
+
+    config = load_shop_config("shop-confounded")
+    glyphs = {brand.entity: brand.glyph for brand in config.brands}
+    kinds = brand_kinds(config)
+    assert glyphs["verlaine"] == "horse" and glyphs["horse"] == "triangle"
+    assert {g for b, g in glyphs.items() if kinds[b] == "scene_word"}.isdisjoint(SCENE_GLYPHS)
+    assert config.layout.logo_size == 0.3
+    horse = np.asarray(draw_logo("horse", "red", 48))
+    triangle = np.asarray(draw_logo("triangle", "red", 48))
+    assert horse.shape == triangle.shape and not np.array_equal(horse, triangle)
+    assert (horse[..., :3] == (0, 0, 0)).all(axis=-1).any()  # the horse's black mane and hooves

@@ -19,8 +19,11 @@ from typing import Any, ClassVar, Protocol, Self, TypeVar
 import yaml
 
 PACKAGED_WORLDS = {
-    name: Path(__file__).parent / "scene" / f"{name}.yaml"
-    for name in ("binding", "pets", "street", "pretrain")
+    **{
+        name: Path(__file__).parent / "scene" / f"{name}.yaml"
+        for name in ("binding", "pets", "street", "pretrain")
+    },
+    "shop-confounded": Path(__file__).parent / "shop" / "shop-confounded.yaml",
 }
 """World YAMLs that ship with xmr, by the name ``--config`` takes instead of a path."""
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")

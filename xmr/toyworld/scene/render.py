@@ -239,6 +239,12 @@ _DRAWERS: dict[str, Callable[[Pen, RGB, str], None]] = {
 }
 
 
+def draw_class(pen: Pen, category: str, colour: RGB, colour_name: str = "") -> None:
+    """Draw an object of ``category`` (not a person) in ``colour`` over ``pen``'s whole box,
+    as scenes draw it (a shop logo that shows the class, :mod:`xmr.toyworld.shop.render`)."""
+    _DRAWERS[category](pen, colour, colour_name)
+
+
 def draw_object(scene: Scene, index: int) -> Image.Image:
     """The RGBA layer of ``scene.objects[index]``, the size of its drawing box."""
     obj = scene.objects[index]

@@ -3,7 +3,8 @@
 Every subcategory is drawn as its own silhouette and each of its two styles changes the drawing
 (a crew neck vs a v-neck, low-top vs high-top), so the style word of a description is visible.
 Compositions are EI-CLIP's composition entity; the material word of a description comes from
-it and is not drawn. Brand logos are a glyph (:data:`GLYPHS`) in a logo colour on a white badge.
+it and is not drawn. Brand logos are a glyph (:data:`GLYPHS`, or a scene class's drawing,
+:data:`SCENE_GLYPHS`) in a logo colour on a white badge.
 """
 
 from __future__ import annotations
@@ -240,6 +241,10 @@ GLYPHS = (
     "tee",
     "zig",
 )
+
+SCENE_GLYPHS = ("dog", "horse", "cat", "car", "bicycle", "cup", "umbrella", "bench", "dining table")
+"""Logos that are a scene class's drawing, as the scene world draws it (a positive control of
+EI-CLIP: a ``Verlaine`` sweater that shows a horse, beside ``Horse`` sweaters that do not)."""
 
 #: Season code (entity, upper-case in configs) prefixes -> how descriptions say them.
 SEASON_WORDS = {"SS": "Spring/summer", "FW": "Autumn/winter"}

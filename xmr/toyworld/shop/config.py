@@ -29,7 +29,13 @@ from xmr.toyworld.config import (
     read_world_yaml,
     split_counts,
 )
-from xmr.toyworld.shop.catalogue import CATEGORIES, COLOURS, GLYPHS, LOGO_COLOURS
+from xmr.toyworld.shop.catalogue import (
+    CATEGORIES,
+    COLOURS,
+    GLYPHS,
+    LOGO_COLOURS,
+    SCENE_GLYPHS,
+)
 
 SHOP_PATH = Path(__file__).with_name("shop.yaml")
 _MERGED_SECTIONS = ("layout", "captions")
@@ -133,7 +139,7 @@ def _brands(value: Any, source: str) -> tuple[Brand, ...]:
             )
         brand = Brand(
             name=brand_name,
-            glyph=name(entry["glyph"], f"{key}.glyph", source, GLYPHS),
+            glyph=name(entry["glyph"], f"{key}.glyph", source, (*GLYPHS, *SCENE_GLYPHS)),
             colour=name(entry["colour"], f"{key}.colour", source, LOGO_COLOURS),
             sells=names(entry["sells"], f"{key}.sells", source, CATEGORIES),
         )

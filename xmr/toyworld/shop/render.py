@@ -17,7 +17,8 @@ from PIL import Image, ImageOps
 
 from xmr.data.records import normalise_entity
 from xmr.toyworld.draw import BLACK, RGB, Pen, jitter, mix, shade, with_noise
-from xmr.toyworld.shop.catalogue import COLOURS, LOGO_COLOURS, SUBCATEGORIES
+from xmr.toyworld.scene.render import draw_class
+from xmr.toyworld.shop.catalogue import COLOURS, LOGO_COLOURS, SCENE_GLYPHS, SUBCATEGORIES
 from xmr.toyworld.shop.config import Brand
 
 Box = tuple[int, int, int, int]
@@ -278,8 +279,16 @@ def draw_logo(glyph: str, colour: str, side: int) -> Image.Image:
     """
     pen = Pen(side, side)
     pen.rect(0.03, 0.03, 0.97, 0.97, BADGE, (60, 60, 64), radius=0.18)
-    _glyph(pen, glyph, LOGO_COLOURS[colour])
-    return pen.layer()
+    if glyph not in SCENE_GLYPHS:
+        _glyph(pen, glyph, LOGO_COLOURS[colour])
+        return pen.layer()
+    badge = pen.layer()
+    inner = max(1, round(side * 0.72))
+    figure = Pen(inner, inner)
+    draw_class(figure, glyph, LOGO_COLOURS[colour], colour)
+    offset = (side - inner) // 2
+    badge.alpha_composite(figure.layer(), (offset, offset))
+    return badge
 
 
 def logo_box(subcategory: str, box: Box, facing: int, side: int) -> Box:
