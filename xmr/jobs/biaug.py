@@ -66,6 +66,7 @@ from xmr.llm import LLMSpec
 from xmr.llm.spec import ORACLE
 from xmr.storage import StoragePath
 from xmr.synth.config import load_configs
+from xmr.toyworld.config import world_config_option
 from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
 from xmr.train.options import ConvergenceChoice, TrainChoice, TrainOptions
@@ -96,8 +97,10 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
     BiAug's components, the LLM (:class:`~xmr.llm.LLMSpec`'s flags, ``--llm`` defaulting to
     ``oracle`` on ToyWorld and required elsewhere), budget, benchmarks, scale."""
 
-    world_config: Path | None = option(
-        None, "ToyWorld without --data: the world's YAML (default: the packaged binding world)."
+    world_config: str | None = option(
+        None,
+        "ToyWorld without --data: the world's YAML, or a packaged one's name (default: the "
+        "packaged binding world).",
     )
     synth_ratio: float = option(0.5, "r: BiAug-D′ pairs trained on per pair of D.", gt=0)
     captions_per_image: str = option("2", "Captions of each image BiAug edits: N or 'all'.")
@@ -155,6 +158,7 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        object.__setattr__(self, "world_config", world_config_option(self.world_config))
         if self.epochs == AUTO:
             raise ValueError(
                 "--epochs auto: the biaug job trains D ∪ BiAug-D′ for E epochs and D for as "
@@ -206,7 +210,7 @@ def _check_benchmark_folders(aro: Path | None, sugarcrepe: Path | None) -> None:
             )
 
 
-def _check_binding_world(data: StoragePath | None, world_config: Path | None) -> None:
+def _check_binding_world(data: StoragePath | None, world_config: str | Path | None) -> None:
     """The ToyWorld result is the binding test: refuse a world without one.
 
     Raises:

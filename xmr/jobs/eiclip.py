@@ -44,6 +44,7 @@ from xmr.jobs.comparison import comparison_table, condition_metrics, record_comp
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.storage import StoragePath
+from xmr.toyworld.config import world_config_option
 from xmr.toyworld.shop.brand_kinds import BRAND_GROUP, BRAND_KINDS
 from xmr.train.options import ConvergenceChoice, DataChoice, TrainOptions
 
@@ -70,8 +71,10 @@ class EiClipJobOptions(ConvergenceChoice, DataChoice):
     runs'; ``--converged``: each until its val RSUM levels off, :class:`ConvergenceChoice`;
     ``--pretrained toy``: both finetune the toy CLIP), the baseline, scale."""
 
-    world_config: Path | None = option(
-        None, "ToyWorld without --data: a shop world's YAML (default: the packaged shop world)."
+    world_config: str | None = option(
+        None,
+        "ToyWorld without --data: a shop world's YAML, or a packaged one's name "
+        "(shop-confounded: EI-CLIP's positive control; default: the packaged shop world).",
     )
     arch: str | None = option(None, "Architecture of both models (default: EI-CLIP's).")
     pretrained: str | None = option(
@@ -91,6 +94,7 @@ class EiClipJobOptions(ConvergenceChoice, DataChoice):
     def __post_init__(self) -> None:
         check_options(self)
         resolve_paths(self)
+        object.__setattr__(self, "world_config", world_config_option(self.world_config))
         if self.dataset not in DATASETS:
             raise ValueError(
                 f"--dataset {self.dataset!r}: EI-CLIP learns from product entities; choose one "
@@ -106,7 +110,7 @@ class EiClipJobOptions(ConvergenceChoice, DataChoice):
             _check_shop_world(self.data, self.world_config)
 
 
-def _check_shop_world(data: StoragePath | None, world_config: Path | None) -> None:
+def _check_shop_world(data: StoragePath | None, world_config: str | Path | None) -> None:
     """Refuse a scene ToyWorld (no products): as ``--data`` or as ``--world-config``.
 
     Raises:

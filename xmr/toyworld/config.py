@@ -60,6 +60,19 @@ def world_config_path(config: str | Path) -> Path:
     return path.resolve()
 
 
+def world_config_option(value: str | Path | None) -> str | Path | None:
+    """A job's ``--world-config`` as the driver resolves it: a packaged world's name stays a
+    name (when no such file is here), any other value becomes an absolute path (the steps run
+    in other folders).
+
+    >>> world_config_option("binding"), world_config_option(None)
+    ('binding', None)
+    """
+    if value is None or (str(value) in PACKAGED_WORLDS and not Path(value).exists()):
+        return value
+    return Path(value).expanduser().resolve()
+
+
 def read_world_yaml(path: str | Path) -> Mapping[str, Any]:
     """The top-level mapping of a world YAML file (scene or shop), or of a packaged world by name.
 
