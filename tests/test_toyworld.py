@@ -16,6 +16,7 @@ from pycocotools.coco import COCO
 
 from xmr.removal.planning import class_masks, plan_removals, removal_mask
 from xmr.toyworld import WorldConfig, generate, load_config
+from xmr.toyworld.config import PACKAGED_WORLDS
 from xmr.toyworld.scene.captions import class_words
 from xmr.toyworld.scene.generate import image_scene, scene_objects
 from xmr.toyworld.scene.render import render
@@ -517,3 +518,14 @@ def test_the_binding_world_plants_a_colour_bias_and_writes_exact_binding_items(
         # only inside a car-sized region: the car's box (a car spans at most ~62% of the width)
         height, width = np.ptp(changed, axis=0) + 1
         assert width <= 0.65 * 64 and height <= 0.4 * 64
+
+
+@pytest.mark.parametrize("name", sorted(PACKAGED_WORLDS))
+def test_every_packaged_world_loads_by_its_name(name: str) -> None:
+    """``--config NAME``: the pretraining world, the ODmAP worlds and controls, the binding
+    world, EI-CLIP's confounded shop."""
+    from xmr.toyworld import load_shop_config
+    from xmr.toyworld.modes import config_mode
+
+    config = (load_shop_config if config_mode(name) == "shop" else load_config)(name)
+    assert config.splits["train"] >= 1000

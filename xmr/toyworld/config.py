@@ -21,7 +21,7 @@ import yaml
 PACKAGED_WORLDS = {
     **{
         name: Path(__file__).parent / "scene" / f"{name}.yaml"
-        for name in ("binding", "pets", "street", "pretrain")
+        for name in ("binding", "pets", "street", "pretrain", "odmap-control")
     },
     "shop-confounded": Path(__file__).parent / "shop" / "shop-confounded.yaml",
 }
