@@ -64,6 +64,20 @@ def test_help_lists_the_commands() -> None:
         assert command in result.output
 
 
+@pytest.mark.slow
+def test_eval_scores_the_toy_clip_zero_shot(tiny_world, tmp_path, local_ray) -> None:
+    """``xmr eval --pretrained toy``: the family's tiny architecture with the shipped toy CLIP,
+    offline in the encoder actors; it retrieves far better than the random ``xmr-tiny``."""
+    for folder in ("toy", "random"):
+        (tmp_path / folder).mkdir()
+    toy, output = _eval(["--data", str(tiny_world), "--pretrained", "toy"], tmp_path / "toy")
+    random, _ = _eval(["--data", str(tiny_world), *MODEL_ARGS], tmp_path / "random")
+    assert (toy["config"]["model.arch"], toy["config"]["model.pretrained"]) == ("xmr-tiny", "toy")
+    for name in ("recall_t2i_at_5", "recall_i2t_at_5"):
+        assert toy["metrics"][f"test/{name}"] > random["metrics"][f"test/{name}"] + 0.2, name
+    assert "ODmAP" in output
+
+
 def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, local_ray) -> None:
     report, output = _eval(
         ["--dataset", "toyworld", "--data", str(tiny_world), *MODEL_ARGS], tmp_path

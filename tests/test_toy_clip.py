@@ -192,3 +192,45 @@ def test_a_training_worker_finetunes_the_toy_clip_offline(
     toy = mlflow.MlflowClient(uri).get_run(runs["toy"].mlflow_run_id).data
     assert toy.params["model.pretrained"] == "toy" and toy.params["optim.lr"] == "0.0001"
     assert runs["toy"].metrics["train/loss"] < runs["none"].metrics["train/loss"]
+
+
+def test_the_export_step_writes_the_runs_weights_with_their_record(
+    small_toyworld, tmp_path: Path
+) -> None:
+    """The job's export: the pretraining run's checkpoint as the toy CLIP, the token rows of
+    the world's training captions kept, its record naming the world and the training config;
+    ``--no-install`` leaves the package's file alone."""
+    import json
+
+    from xmr.jobs.steps import StepContext, StepOutcome
+    from xmr.jobs.toy_clip import export_step
+    from xmr.models import save_checkpoint
+
+    config = resolve_config("clip", data=small_toyworld, storage=tmp_path / "runs", name="pre")
+    run_dir = tmp_path / "runs" / "pre"
+    run_dir.mkdir(parents=True)
+    (run_dir / "xmr_run.json").write_text(json.dumps({"config": config.to_dict()}))
+    model = create_model("clip", "xmr-tiny", "none", seed=1)
+    checkpoint = save_checkpoint(run_dir / "last.pt", model)
+    metrics = {"train/best_epoch": 2.0, "train/stopped_epoch": 4.0, "test/odmap_at_1": 0.5,
+               "test/odmap_at_1_ci_low": 0.4, "test/bias_at_10_cup": 0.1}  # fmt: skip
+    outcome = StepOutcome(None, metrics, {"checkpoint": str(checkpoint), "run": str(run_dir)})
+    context = StepContext(tmp_path, "xmr/jobs/toy-clip", "parent", "sqlite:///x.db", None,
+                          {"pretrain": outcome})  # fmt: skip
+    shipped = file_digest(WEIGHTS_FILE)
+
+    done = export_step(context, world=small_toyworld, install=False)
+    record = read_record(Path(done.outputs["record"]))
+    weights = Path(done.outputs["weights"])
+    assert record["sha256"] == file_digest(weights) and file_digest(WEIGHTS_FILE) == shipped
+    assert record["train"] == recorded_train_config(config)
+    assert record["world"]["resolved"]["splits"]["train"] == 120
+    assert record["pretraining"] == {"best_epoch": 2, "stopped_epoch": 4,
+                                     "train/best_epoch": 2.0, "train/stopped_epoch": 4.0,
+                                     "test/odmap_at_1": 0.5}  # fmt: skip
+    state = read_toy_state(weights, Path(done.outputs["record"]))
+    table = state[TOKEN_EMBEDDING]
+    kept = table.abs().sum(dim=1) > 0
+    assert 20 < int(kept.sum()) == record["tokens_kept"] < 300
+    ids = model.tokenize(["a dog"])[0]
+    assert all(kept[i] for i in ids[ids > 0].tolist())  # words of the world's captions

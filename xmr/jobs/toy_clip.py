@@ -23,6 +23,7 @@ Steps, in the job's folder:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -187,15 +188,14 @@ def export_step(context: StepContext, *, world: StoragePath, install: bool) -> S
 
     outcome = context.outcomes["pretrain"]
     state = read_state_dict(outcome.outputs["checkpoint"])
-    captions = [c for record in read_dataset("toyworld", world, "train") for c in record.captions]
+    records = read_dataset("toyworld", world, "train")
+    captions = [text for record in records for text in record.caption_texts]
     tokenizer = registered_open_clip().get_tokenizer(TOY_ARCH)
     kept = used_token_ids(tokenizer(captions[i : i + 4096]) for i in range(0, len(captions), 4096))
     config = TrainConfig.from_dict(json.loads((Path(outcome.outputs["run"]) / "xmr_run.json")
                                               .read_text())["config"])  # fmt: skip
-    pretraining = {
-        key: value for key, value in outcome.metrics.items()
-        if key.startswith("test/") or key.startswith("train/")
-    }  # fmt: skip
+    headline = re.compile(r"(test/[a-z0-9_]+_at_\d+|train/[a-z_]+)")  # no intervals, no classes
+    pretraining = {k: v for k, v in outcome.metrics.items() if headline.fullmatch(k)}
     record = {
         "tag": TOY_TAG,
         "family": "clip",
@@ -210,7 +210,6 @@ def export_step(context: StepContext, *, world: StoragePath, install: bool) -> S
             **pretraining,
             "best_epoch": int(outcome.metrics.get(BEST_EPOCH, 0)),
             "stopped_epoch": int(outcome.metrics.get(STOPPED_EPOCH, 0)),
-            "seconds": round(outcome.seconds, 1),
         },
     }
     out = Path(str(context.folder)) / "toy-clip"
@@ -219,6 +218,7 @@ def export_step(context: StepContext, *, world: StoragePath, install: bool) -> S
     size = weights.stat().st_size
     print(f"toy CLIP: {weights} ({size / 1e6:.1f} MB, sha256 {digest[:12]}…)")
     if install:
+        WEIGHTS_FILE.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(weights, WEIGHTS_FILE)
         shutil.copyfile(record_file, RECORD_FILE)
         print(f"installed as {WEIGHTS_FILE} and {RECORD_FILE.name}: --pretrained toy loads it")

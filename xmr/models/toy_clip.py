@@ -15,8 +15,8 @@ Two package files, in ``xmr/models/weights/``:
   vocabulary has 49,408 tokens, the world's captions use a few hundred: the rest would be
   15 MB of random init). Read with ``torch.load(weights_only=True)``; loaded as float32.
 - ``toy-clip.json``: its record (:data:`RECORD_FILE`): the SHA-256 of the weights file, the
-  architecture, the world and training configs, the command that made it, how it trained and
-  what it knows zero-shot. A weights file whose digest differs from its record is refused.
+  architecture, the world and training configs, the command that made it and how the
+  pretraining ended. A weights file whose digest differs from its record is refused.
 """
 
 from __future__ import annotations
