@@ -52,6 +52,11 @@ COVERED: dict[str, tuple[str, ...]] = {
     # Quickstart: a laptop (at tiny size in the tests).
     "xmr demo": ("tests/test_demo.py::test_demo_runs_the_odmap_job_and_a_rerun_skips_every_step",),
     "xmr eval": ("tests/test_eval.py::test_eval_toyworld_logs_every_metric_and_artifact",),
+    "xmr eval --pretrained toy": ("tests/test_eval.py::test_eval_scores_the_toy_clip_zero_shot",),
+    "python ray_jobs/odmap.py --pretrained toy --converged": (
+        "tests/test_toy_clip.py::test_every_paper_job_finetunes_the_toy_clip_to_convergence",
+        f"{HERE}::test_readme_commands_parse_and_the_jobs_print_their_plans",
+    ),
     # Quickstart: a cluster.
     "xmr cluster up --nodes 2": (
         "tests/test_cluster_command.py::test_up_runs_a_job_on_both_nodes_and_down_leaves_nothing",

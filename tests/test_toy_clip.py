@@ -3,8 +3,6 @@ network in both CLIP families and every job, and the job that rebuilds it (issue
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,9 +31,6 @@ from xmr.models.toy_clip import (
 )
 from xmr.toyworld import load_config
 from xmr.train.config import TrainConfig, resolve_config
-
-REPO = Path(__file__).resolve().parents[1]
-
 
 # --- the shipped file --------------------------------------------------------------------
 
@@ -121,20 +116,30 @@ def test_a_written_toy_clip_reads_back_rounded_with_only_the_used_tokens(tmp_pat
 # --- the jobs ------------------------------------------------------------------------------
 
 
-def _dry_run(job: str, tmp_path: Path, *args: str) -> str:
-    command = [sys.executable, str(REPO / "ray_jobs" / f"{job}.py"), "--dry-run",
-               "--storage", "jobs", *args]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return " ".join(done.stdout.split())
+def _plan(job: str, tmp_path: Path, **options: object) -> str:
+    """The job's plan, its steps' command lines in one string, as ``--dry-run`` prints them."""
+    from xmr.jobs.biaug import BiAugJobOptions, biaug_job
+    from xmr.jobs.eiclip import EiClipJobOptions, eiclip_job
+    from xmr.jobs.gender import GenderJobOptions, gender_job
+    from xmr.jobs.odmap import ODmAPJobOptions, odmap_job
+
+    jobs = {
+        "odmap": (ODmAPJobOptions, odmap_job),
+        "biaug": (BiAugJobOptions, biaug_job),
+        "eiclip": (EiClipJobOptions, eiclip_job),
+        "gender": (GenderJobOptions, gender_job),
+    }
+    options_class, build = jobs[job]
+    planned = build(options_class(**options), JobOptions(storage=tmp_path / "jobs"))
+    return " ".join(" ".join(step.command for step in planned.steps).split())
 
 
 @pytest.mark.parametrize("job", ["odmap", "biaug", "eiclip"])
 def test_every_paper_job_finetunes_the_toy_clip_to_convergence(tmp_path: Path, job: str) -> None:
     """``--pretrained toy --converged``: every training step starts from the toy CLIP and
     trains until its val RSUM levels off, none at a matched step count."""
-    plan = _dry_run(job, tmp_path, "--pretrained", "toy", "--converged", "--max-epochs", "6")
-    trainings = plan.count("$ xmr train")
+    plan = _plan(job, tmp_path, pretrained="toy", converged=True, max_epochs=6)
+    trainings = plan.count("xmr train")
     assert trainings == 2
     assert plan.count("--pretrained toy") == trainings
     assert plan.count("--epochs auto") == trainings and plan.count("--max-epochs 6") == trainings
@@ -142,19 +147,18 @@ def test_every_paper_job_finetunes_the_toy_clip_to_convergence(tmp_path: Path, j
 
 
 def test_the_gender_job_sweeps_alpha_from_the_toy_clip_to_convergence(tmp_path: Path) -> None:
-    plan = _dry_run("gender", tmp_path, "--pretrained", "toy", "--converged", "--patience", "2")
+    plan = _plan("gender", tmp_path, pretrained="toy", converged=True, patience=2)
     assert "--set epochs=auto" in plan and "--set patience=2" in plan
     assert "--set pretrained=toy" in plan
 
 
 @pytest.mark.parametrize("job", ["odmap", "biaug", "eiclip", "gender"])
 def test_converged_refuses_a_fixed_budget_beside_it(tmp_path: Path, job: str) -> None:
-    command = [sys.executable, str(REPO / "ray_jobs" / f"{job}.py"), "--converged",
-               "--epochs", "2"]  # fmt: skip
-    refused = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2
-    assert refused.stderr.startswith("error: --converged trains each run until it levels off")
-    assert not (tmp_path / "xmr-jobs").exists()
+    with pytest.raises(ValueError, match="--converged trains each run until it levels off"):
+        _plan(job, tmp_path, converged=True, epochs=2)
+    with pytest.raises(ValueError, match="--patience and --max-epochs apply to --converged"):
+        _plan(job, tmp_path, patience=2)
+    assert not (tmp_path / "jobs").exists()
 
 
 def test_the_toy_clip_job_plans_world_pretraining_export_and_zero_shot(tmp_path: Path) -> None:
