@@ -157,7 +157,8 @@ def test_readme_commands_parse_and_the_jobs_print_their_plans(tmp_path: Path) ->
             assert result["exit_code"] == 0, f"{command} --dry-run:\n{result['output']}"
             assert "to do" in result["output"], result["output"]
     dry_runs = [shlex.join(r["argv"]) for r in results if "exit_code" in r]
-    assert len(dry_runs) == 5, dry_runs  # the method table's four, and the cluster quickstart's
+    # the method table's four, the cluster quickstart's and the toy CLIP's
+    assert len(dry_runs) == 6, dry_runs
     assert not list(tmp_path.iterdir()), "a dry run wrote files"
 
 
