@@ -28,6 +28,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -126,35 +127,55 @@ class Reproduction:
                  "--storage", str(self.workdir / "jobs"), "--name", f"{name}-seed{seed}",
                  "--tracking-uri", self.uri])  # fmt: skip
 
-    def values(self, name: str, seed: int, step: str, metric: str) -> QueryValues:
-        """The per-query values of ``metric`` that a finished job's step logged (its run, from
-        ``steps/<step>.json``)."""
+    @cache  # noqa: B019 (one Reproduction per script run)
+    def query_sets(self, name: str, seed: int, step: str) -> dict[str, QueryValues]:
+        """The per-query values a finished job's step logged (its run, from
+        ``steps/<step>.json``), read once."""
         record = self.workdir / "jobs" / f"{name}-seed{seed}" / "steps" / f"{step}.json"
         run_id = json.loads(record.read_text())["run_id"]
-        sets = logged_per_query(run_id, tracking_uri=self.uri)
-        (found,) = [s for s in sets.values() if metric in s.values]
-        return found
+        return logged_per_query(run_id, tracking_uri=self.uri)
 
-    def seed_changes(self, name: str, pair: tuple[str, str], metric: str) -> list[Interval]:
-        """Per seed, ``treatment − control`` on ``metric`` with its paired 95 % interval over
-        the queries both scored (strata kept, as the job's comparison keeps them)."""
-        changes = []
+    def metric_set(self, name: str, seed: int, step: str, metric: str) -> QueryValues:
+        """The step's query set that holds ``metric``.
+
+        Raises:
+            LookupError: none does.
+        """
+        for query_set in self.query_sets(name, seed, step).values():
+            if metric in query_set.values:
+                return query_set
+        raise LookupError(f"{name} seed {seed}: {step} logged no per-query {metric}")
+
+    def paired_values(
+        self, name: str, pair: tuple[str, str], metric: str
+    ) -> list[tuple[QueryValues, QueryValues]]:
+        """Per seed, the control's and the treatment's query set holding ``metric``.
+
+        Raises:
+            ValueError: the two scored other queries.
+        """
+        pairs = []
         for seed in self.seeds:
-            control, treated = (self.values(name, seed, step, metric) for step in pair)
+            control, treated = (self.metric_set(name, seed, step, metric) for step in pair)
             if control.keys != treated.keys:
                 raise ValueError(f"{name} seed {seed}: {pair} scored other queries")
-            changes.append(paired_intervals({metric: control.values[metric]},
-                                            {metric: treated.values[metric]},
-                                            strata=control.strata)[metric])  # fmt: skip
-        return changes
+            pairs.append((control, treated))
+        return pairs
 
-    def seeds_and_queries(self, name: str, pair: tuple[str, str], metric: str) -> Interval:
-        """The mean change over seeds with its two-stage interval over seeds and queries."""
-        rows = []
-        for seed in self.seeds:
-            control, treated = (self.values(name, seed, step, metric) for step in pair)
-            rows.append(treated.values[metric] - control.values[metric])
-        return seeds_and_queries_interval(np.stack(rows))
+    def changes(
+        self, name: str, pair: tuple[str, str], metric: str
+    ) -> tuple[list[Interval], Interval]:
+        """Per seed, ``treatment − control`` on ``metric`` with its paired 95 % interval over
+        the queries both scored (strata kept, as the job's comparison keeps them); and the
+        mean change over seeds with its two-stage interval over seeds and queries."""
+        pairs = self.paired_values(name, pair, metric)
+        per_seed = [
+            paired_intervals({metric: control.values[metric]}, {metric: treated.values[metric]},
+                             strata=control.strata)[metric]
+            for control, treated in pairs
+        ]  # fmt: skip
+        rows = [treated.values[metric] - control.values[metric] for control, treated in pairs]
+        return per_seed, seeds_and_queries_interval(np.stack(rows))
 
     def report(self, name: str) -> str:
         """The experiment's table: per metric and comparison, each seed's paired change and
@@ -170,8 +191,7 @@ class Reproduction:
         for pair in experiment.comparisons:
             for metric in experiment.metrics:
                 try:
-                    per_seed = self.seed_changes(name, pair, metric)
-                    mean = self.seeds_and_queries(name, pair, metric)
+                    per_seed, mean = self.changes(name, pair, metric)
                 except (ValueError, LookupError, FileNotFoundError) as exc:
                     lines.append(f"| {metric} | {pair[1]} − {pair[0]} | not measured: {exc} | |")
                     continue

@@ -300,12 +300,8 @@ def biaug_steps(
     values = {**train, **budget, "synth": dprime, "synth_ratio": ratio}
     steps.append(train_step(treated, summary, TrainOptions(model=options.model, **values), tags))
     if options.hard_negative_ablation:
-        same = (
-            "until its val RSUM levels off" if options.converged else f"as many steps as {treated}"
-        )
-        summary = (
-            f"the same with its pairs shuffled freely (no hard negatives), {same}, then test it"
-        )
+        same = length if options.converged else f"as many steps as {treated}"
+        summary = f"the same, its pairs shuffled freely (no hard negatives), {same}, then test it"
         free = {**train, **options.budget(), "synth": dprime, "synth_ratio": ratio}
         free_options = TrainOptions(model=options.model, **free, hard_negatives=False)
         matched = None if options.converged else treated

@@ -177,11 +177,9 @@ def eiclip_steps(
         "cpus_per_worker": options.cpus_per_worker, "storage": folder / "runs",
     }  # fmt: skip
     split = eiclip.test_split
-    test = (
-        f"until its val RSUM levels off, test on {split}"
-        if options.converged
-        else (f"test on {split}")
-    )
+    test = f"test on {split}"
+    if options.converged:
+        test = f"until its val RSUM levels off, {test}"
     if options.baseline:
         summary = f"train CLIP on the descriptions (baseline ②), {test}"
         steps.append(

@@ -14,8 +14,8 @@ Steps, in the job's folder:
 4. ``world-<name>`` and ``zero-shot-<name>`` for each world of :data:`ZERO_SHOT_WORLDS`: the
    installed toy CLIP evaluated, untouched, on that world's test split (``xmr eval
    --pretrained toy``): Recall@K both ways, ODmAP@K and Bias@K where the world has them;
-   ``binding-<name>``: the binding test where the world has one. What it knows before any
-   experiment finetunes it; the report prints one table, and the record keeps it.
+   ``binding-test``: the binding world's binding test. What it knows before any experiment
+   finetunes it, in one table the report prints.
 
 ``ray_jobs/toy_clip.py`` runs it. On 2 CPU cores the pretraining takes about 2 hours.
 """
@@ -103,7 +103,9 @@ class ToyClipJobOptions:
         check_options(self)
 
 
-def pretrain_options(options: ToyClipJobOptions, world: StoragePath, runs: StoragePath):
+def pretrain_options(
+    options: ToyClipJobOptions, world: StoragePath, runs: StoragePath
+) -> TrainOptions:
     """The pretraining run's ``xmr train`` options: the ``clip`` family's ToyWorld preset
     (``xmr-tiny`` from scratch, Adam 5e-4 halved every 2 epochs, batch 128) on ``world`` until
     its val RSUM levels off."""
@@ -131,6 +133,7 @@ def toy_clip_job(options: ToyClipJobOptions, job: JobOptions) -> Job:
 def toy_clip_steps(options: ToyClipJobOptions, folder: StoragePath) -> list[Step]:
     """The pretraining, the export and the zero-shot evaluations, outputs under ``folder``."""
     from xmr.eval.options import BenchmarkOptions, EvalOptions
+    from xmr.models.toy_clip import TOY_ARCH, TOY_TAG
 
     world = folder / "world"
     steps = [
@@ -155,7 +158,7 @@ def toy_clip_steps(options: ToyClipJobOptions, folder: StoragePath) -> list[Step
         data = folder / f"world-{name}"
         steps.append(world_step(data, seed=None, config=config, mode=mode, name=f"world-{name}"))
         metrics = "recall" if mode == "shop" else "recall,odmap,bias"
-        model = {"model": "clip", "arch": "xmr-tiny", "pretrained": "toy"}
+        model = {"model": "clip", "arch": TOY_ARCH, "pretrained": TOY_TAG}
         evaluated = EvalOptions(dataset="toyworld", data=data, metrics=metrics, **model)
         summary = f"the toy CLIP zero-shot on the {name} world's test split"
         steps.append(eval_step(f"zero-shot-{name}", summary, evaluated, scores / f"{name}.json"))
@@ -185,6 +188,7 @@ def export_step(context: StepContext, *, world: StoragePath, install: bool) -> S
     )
     from xmr.train.config import TrainConfig
     from xmr.train.convergence import BEST_EPOCH, STOPPED_EPOCH
+    from xmr.train.result import RUN_FILE
 
     outcome = context.outcomes["pretrain"]
     state = read_state_dict(outcome.outputs["checkpoint"])
@@ -192,8 +196,8 @@ def export_step(context: StepContext, *, world: StoragePath, install: bool) -> S
     captions = [text for record in records for text in record.caption_texts]
     tokenizer = registered_open_clip().get_tokenizer(TOY_ARCH)
     kept = used_token_ids(tokenizer(captions[i : i + 4096]) for i in range(0, len(captions), 4096))
-    config = TrainConfig.from_dict(json.loads((Path(outcome.outputs["run"]) / "xmr_run.json")
-                                              .read_text())["config"])  # fmt: skip
+    saved = json.loads((Path(outcome.outputs["run"]) / RUN_FILE).read_text())
+    config = TrainConfig.from_dict(saved["config"])
     headline = re.compile(r"(test/[a-z0-9_]+_at_\d+|train/[a-z_]+)")  # no intervals, no classes
     pretraining = {k: v for k, v in outcome.metrics.items() if headline.fullmatch(k)}
     record = {

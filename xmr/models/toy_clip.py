@@ -76,8 +76,9 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def check_toy_weights(weights: Path = WEIGHTS_FILE, record: Path = RECORD_FILE) -> None:
+def check_toy_weights(weights: Path = WEIGHTS_FILE, record: Path = RECORD_FILE) -> bytes:
     """Fail fast, before a model is built: the weights and their record are there and agree.
+    Returns the weights file's bytes.
 
     Raises:
         FileNotFoundError: the weights or the record is missing.
@@ -89,19 +90,20 @@ def check_toy_weights(weights: Path = WEIGHTS_FILE, record: Path = RECORD_FILE) 
             f"the toy CLIP's weights {weights} are missing: rebuild them with "
             "`python ray_jobs/toy_clip.py`, or use --pretrained none"
         )
-    digest = file_digest(weights)
+    data = weights.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
         raise ValueError(
             f"{weights} has SHA-256 {digest[:12]}…, its record {record.name} says "
             f"{expected[:12]}…: the file was changed or is partial; rebuild it with "
             "`python ray_jobs/toy_clip.py`"
         )
+    return data
 
 
 def read_toy_state(weights: Path = WEIGHTS_FILE, record: Path = RECORD_FILE) -> dict[str, Any]:
     """The toy CLIP's state dict as float32 tensors, after :func:`check_toy_weights`."""
-    check_toy_weights(weights, record)
-    raw = gzip.decompress(weights.read_bytes())
+    raw = gzip.decompress(check_toy_weights(weights, record))
     state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     return {key: value.float() for key, value in state.items()}
 
