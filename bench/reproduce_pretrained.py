@@ -32,6 +32,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from training_runs import run  # bench/training_runs.py
 
 from xmr.compare.bootstrap import Interval, paired_intervals, seeds_and_queries_interval
@@ -51,12 +52,16 @@ EICLIP = [
 BIAUG = [f"test/binding/{m}_acc" for m in ("swap", "counter", "stereotype")] + [
     "test/recall_t2i_at_1", "test/recall_i2t_at_1",
 ]  # fmt: skip
+GENDER = ["test/bias_at_10", "test/natural/bias_at_10", "test/recall_t2i_at_10"]
+GENDER_ALPHAS = ("0.5", "1")
+GENDER_MS = ("16", "64")
 
 
 @dataclass(frozen=True)
 class Experiment:
     """One paper job over seeds: its world (a packaged config; None: the mode's default world),
-    its flags, the step pairs it compares (``(control, treatment)``, by the job's step names),
+    its flags, the run pairs it compares (``(control, treatment)``, each a step's name or, for a
+    sweep step, ``<step>=<value>``: its trial with that value, see :meth:`Reproduction.run_id`),
     the metrics, and whether it is a positive control (the effect must appear)."""
 
     job: str
@@ -94,10 +99,17 @@ EXPERIMENTS = {
     "biaug-control": Experiment("biaug", "binding", (*CONVERGED, "--synth-ratio", "2",
                                 "--captions-per-image", "all"), D_VS_DPRIME, BIAUG,
                                 positive_control=True),
+    "gender": Experiment("gender", None, (*CONVERGED, "--alphas", ",".join(("0", *GENDER_ALPHAS)),
+                                          "--max-concurrent", "1"),
+                         (*(("fair-alpha=0", f"fair-alpha={a}") for a in GENDER_ALPHAS),
+                          *(("clip-m=0", f"clip-m={m}") for m in GENDER_MS)), GENDER),
 }  # fmt: skip
 """The experiments, by name: the papers' claims and one positive control each (ODmAP: four
 pairs that always co-occur; EI-CLIP: brand names whose namesakes are on other brands' logos;
-BiAug: exact counterfactual pairs, four times the budget, every caption edited)."""
+BiAug: exact counterfactual pairs, four times the budget, every caption edited). Gender has none
+of its own: FairSample at α = 1 and CLIP-clip's largest m are the sweeps' strong ends."""
+RESOURCE_FLAG = {"gender": "--cpus-per-trial"}
+"""Job -> its flag for a training's CPUs (the others: ``--cpus-per-worker``)."""
 
 
 class Reproduction:
@@ -123,28 +135,45 @@ class Reproduction:
         data = self.world(experiment)
         for seed in self.seeds:
             run([sys.executable, str(REPO / "ray_jobs" / f"{experiment.job}.py"), *experiment.flags,
-                 "--data", str(data), "--seed", str(seed), "--cpus-per-worker", str(self.cpus),
+                 "--data", str(data), "--seed", str(seed),
+                 RESOURCE_FLAG.get(experiment.job, "--cpus-per-worker"), str(self.cpus),
                  "--storage", str(self.workdir / "jobs"), "--name", f"{name}-seed{seed}",
                  "--tracking-uri", self.uri])  # fmt: skip
 
-    @cache  # noqa: B019 (one Reproduction per script run)
-    def query_sets(self, name: str, seed: int, step: str) -> dict[str, QueryValues]:
-        """The per-query values a finished job's step logged (its run, from
-        ``steps/<step>.json``), read once."""
-        record = self.workdir / "jobs" / f"{name}-seed{seed}" / "steps" / f"{step}.json"
-        run_id = json.loads(record.read_text())["run_id"]
-        return logged_per_query(run_id, tracking_uri=self.uri)
+    def run_id(self, name: str, seed: int, run: str) -> str:
+        """The MLflow run of a finished job's ``run``: a step's (``steps/<step>.json``), or for
+        ``<step>=<value>`` the sweep trial whose swept option had that value
+        (``<step>_trials.csv`` in the job's folder).
 
-    def metric_set(self, name: str, seed: int, step: str, metric: str) -> QueryValues:
-        """The step's query set that holds ``metric``.
+        Raises:
+            LookupError: the sweep has no finished trial with that value.
+        """
+        folder = self.workdir / "jobs" / f"{name}-seed{seed}"
+        step, _, value = run.partition("=")
+        if not value:
+            return json.loads((folder / "steps" / f"{step}.json").read_text())["run_id"]
+        trials = pd.read_csv(folder / f"{step}_trials.csv")
+        swept = step.replace("-", "_")
+        found = trials[(trials[swept] == float(value)) & (trials["status"] == "FINISHED")]
+        if found.empty:
+            raise LookupError(f"{name} seed {seed}: {step} has no finished trial {swept}={value}")
+        return str(found.iloc[0]["mlflow_run_id"])
+
+    @cache  # noqa: B019 (one Reproduction per script run)
+    def query_sets(self, name: str, seed: int, run: str) -> dict[str, QueryValues]:
+        """The per-query values of a finished job's ``run`` (:meth:`run_id`), read once."""
+        return logged_per_query(self.run_id(name, seed, run), tracking_uri=self.uri)
+
+    def metric_set(self, name: str, seed: int, run: str, metric: str) -> QueryValues:
+        """The query set of ``run`` (:meth:`run_id`) that holds ``metric``.
 
         Raises:
             LookupError: none does.
         """
-        for query_set in self.query_sets(name, seed, step).values():
+        for query_set in self.query_sets(name, seed, run).values():
             if metric in query_set.values:
                 return query_set
-        raise LookupError(f"{name} seed {seed}: {step} logged no per-query {metric}")
+        raise LookupError(f"{name} seed {seed}: {run} logged no per-query {metric}")
 
     def paired_values(
         self, name: str, pair: tuple[str, str], metric: str
@@ -156,7 +185,7 @@ class Reproduction:
         """
         pairs = []
         for seed in self.seeds:
-            control, treated = (self.metric_set(name, seed, step, metric) for step in pair)
+            control, treated = (self.metric_set(name, seed, run, metric) for run in pair)
             if control.keys != treated.keys:
                 raise ValueError(f"{name} seed {seed}: {pair} scored other queries")
             pairs.append((control, treated))

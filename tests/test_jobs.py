@@ -115,6 +115,30 @@ def test_the_plan_marks_finished_steps_done(tmp_path: Path) -> None:
     assert "$ xmr third" in lines[-1]
 
 
+def test_a_world_left_by_a_run_stopped_before_its_record_is_made_again(tmp_path: Path) -> None:
+    """The world step put its world in place, then the job stopped before recording the step:
+    the resubmission generates it again over the one there, not an OSError."""
+    from xmr.data import read_dataset
+    from xmr.jobs.commands import world_step
+
+    folder = tmp_path / "job"
+    config = tmp_path / "world.yaml"
+    config.write_text("splits: {train: 6, val: 2, test: 2}\n")
+    uri, quiet = f"sqlite:///{tmp_path / 'mlflow.db'}", Console(quiet=True)
+
+    def job() -> Job:
+        folder.mkdir(exist_ok=True)
+        return Job("toy", "toy-job", folder, {"seed": "0"},
+                   [world_step(folder / "world", seed=1, config=config)])  # fmt: skip
+
+    run_job(job(), tracking_uri=uri, console=quiet)
+    (folder / "steps" / "world.json").unlink()
+    again = run_job(job(), tracking_uri=uri, console=quiet)
+    assert again.skipped == []
+    assert len(read_dataset("toyworld", folder / "world", "train")) == 6
+    assert not (tmp_path / "job" / ".world.partial").exists()
+
+
 def _scored_step(name: str, sets: dict[str, QueryValues], extra: dict[str, float]) -> Step:
     """A step whose run logs ``sets`` as its per-query values, their means and ``extra`` (a
     metric without per-query values), as a training run's final evaluation does."""

@@ -57,7 +57,8 @@ def world_step(
             partial = out.with_name(f".{out.name}.partial")
             shutil.rmtree(partial, ignore_errors=True)
             generate(partial, config, mode=mode, seed=seed, progress=True)
-            put_folder(partial, out)
+            shutil.rmtree(out, ignore_errors=True)  # a world put there by a run stopped before
+            put_folder(partial, out)  # its step record: this step's own, made again
         return StepOutcome(outputs={"world": str(out)})
 
     command = command_line(
