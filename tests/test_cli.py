@@ -73,7 +73,8 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
     # The model spec, the optimiser, the loss and the stopping rule take the options that are
     # not config fields.
     assert options - config_fields == {
-        "arch", "pretrained", "init", "lr", "lr_step_period", "fair_alpha", "patience",
+        "arch", "pretrained", "init", "lr", "weight_decay", "lr_schedule", "warmup_steps",
+        "lr_step_period", "fair_alpha", "patience",
         "min_delta", "max_epochs", "fair_captions", "max_violation", "max_violation_after",
     }  # fmt: skip
     assert config_fields - options == {
@@ -86,14 +87,19 @@ def test_train_flags_train_options_train_config_and_tune_keys_agree(tmp_path: Pa
     given = TrainOptions(
         model="clip", arch="xmr-tiny", pretrained="none", dataset="coco", data=tmp_path / "d",
         split="val", synth=tmp_path / "s", synth_ratio=0.5, fair_alpha=0.3, epochs=2,
-        batch_size=8, lr=0.01, lr_step_period=40, workers=2, gpus_per_worker=0.5, cpus_per_worker=3,
+        batch_size=8, lr=0.01, weight_decay=0.1, lr_schedule="cosine", warmup_steps=7,
+        lr_step_period=40, workers=2, gpus_per_worker=0.5, cpus_per_worker=3,
         init=tmp_path / "x.pt", name="run", storage=tmp_path / "runs", seed=5, eval_every=1,
         max_failures=0, precision="bf16", accum_steps=2, fair_captions="gendered-images",
         max_violation=True, max_violation_after=2,
     )  # fmt: skip
     config = TrainConfig.from_options(given)
     assert config.model == ModelSpec("clip", "xmr-tiny", None, tmp_path / "x.pt")
-    assert (config.optim.lr, config.optim.step_period, config.loss.fair_alpha) == (0.01, 40, 0.3)
+    optim = config.optim
+    assert (optim.lr, optim.weight_decay, optim.schedule, optim.warmup_steps) == (
+        0.01, 0.1, "cosine", 7
+    )  # fmt: skip
+    assert (optim.step_period, config.loss.fair_alpha) == (40, 0.3)
     loss = config.loss
     assert (loss.fair_captions, loss.max_violation, loss.max_violation_after) == (
         "gendered-images",

@@ -287,8 +287,9 @@ def test_the_eiclip_job_trains_clip_and_eiclip_alike_and_compares_both_protocols
     clip, eiclip = (children[n].data.params for n in ("train-clip", "train-eiclip"))
     assert (clip["model.family"], eiclip["model.family"]) == ("clip", "eiclip")
     for key in ("model.arch", "train.epochs", "train.batch_size", "optim.lr", "data.root",
-                "train.workers"):  # fmt: skip
-        assert clip[key] == eiclip[key], key
+                "train.workers", "optim.weight_decay", "optim.schedule",
+                "optim.warmup_steps"):  # fmt: skip
+        assert clip[key] == eiclip[key], key  # EI-CLIP's optimiser recipe for both
     assert eiclip["train.workers"] == "2"
     spec = ModelSpec.from_checkpoint(Path(outcomes["train-eiclip"].outputs["checkpoint"]))
     model = create_model(spec)  # the entity vocabularies come back from the checkpoint
@@ -323,7 +324,8 @@ def test_the_eiclip_job_prints_its_plan_on_fashiongen(tmp_path: Path) -> None:
     assert dry.returncode == 0, dry.stderr
     folder = tmp_path / "jobs" / "fg"
     same = (f"--arch ViT-B-32 --dataset fashiongen --data {tmp_path} --epochs 20 "
-            "--batch-size 128 --lr 5e-05")  # fmt: skip
+            "--batch-size 128 --lr 5e-05 --weight-decay 0.0001 --lr-schedule cosine "
+            "--warmup-steps 1000")  # fmt: skip
     for line in (
         f"$ xmr train {same}",  # --model clip: the default
         f"$ xmr train --model eiclip {same}",

@@ -83,3 +83,17 @@ def test_the_period_enters_the_runs_name_only_when_set() -> None:
     assert TrainConfig.from_dict(matched.to_dict()) == matched
     assert matched.params()["optim.step_period"] == "390"
     assert plain.params()["optim.step_period"] == "none"
+
+
+def test_the_optimiser_flags_replace_only_what_they_set() -> None:
+    """``--weight-decay``, ``--lr-schedule`` and ``--warmup-steps`` (the EI-CLIP job's baseline
+    takes EI-CLIP's recipe with them) change those fields of the family's preset, no other."""
+    preset = resolve_config("clip", pretrained="toy")
+    recipe = resolve_config("eiclip", pretrained="toy").optim
+    baseline = resolve_config("clip", pretrained="toy", lr=recipe.lr,
+                              weight_decay=recipe.weight_decay, lr_schedule=recipe.schedule,
+                              warmup_steps=recipe.warmup_steps).optim  # fmt: skip
+    assert replace(baseline, step_epochs=recipe.step_epochs) == recipe  # cosine: no step epochs
+    assert replace(baseline, weight_decay=0.0, schedule="step", warmup_steps=0) == preset.optim
+    with pytest.raises(ValueError, match=r"^--lr-schedule 'linear' is not one of step, cosine"):
+        resolve_config("clip", lr_schedule="linear")

@@ -10,8 +10,9 @@ Steps, in the job's folder:
 2. ``train-clip`` (unless ``--no-baseline``): CLIP on the descriptions alone
    (``runs/train-clip``).
 3. ``train-eiclip``: EI-CLIP (``runs/train-eiclip``). Both runs share the architecture,
-   pretrained weights, epochs, batch size, learning rate (EI-CLIP's: the paper finetunes every
-   model with its recipe) and seed; each keeps its family's optimiser schedule.
+   pretrained weights, epochs, batch size, seed and EI-CLIP's optimiser recipe (learning
+   rate, weight decay, schedule and warm-up: the paper finetunes every model with it), so
+   that neither stops where its own schedule ran out of rate.
 4. ``compare``: both models side by side with the change, under each protocol, into
    ``comparison.csv`` and the job's MLflow run (``clip/…``, ``eiclip/…``, ``delta/…``). The
    training runs log no per-query values of the product protocols: the change has no
@@ -167,11 +168,13 @@ def eiclip_steps(
         lr=options.lr,
         dataset=options.dataset,
     )
-    # The baseline trains as EI-CLIP does: the same backbone, weights, budget and rate.
+    # The baseline trains as EI-CLIP does: the same backbone, weights, budget and optimiser.
     budget = options.budget() or {"epochs": eiclip.epochs}
+    optim = eiclip.optim
     train = {
         "arch": eiclip.model.arch, "pretrained": options.pretrained, **budget,
-        "batch_size": eiclip.batch_size, "lr": eiclip.optim.lr,
+        "batch_size": eiclip.batch_size, "lr": optim.lr, "weight_decay": optim.weight_decay,
+        "lr_schedule": optim.schedule, "warmup_steps": optim.warmup_steps,
         "dataset": options.dataset, "data": data, "seed": options.seed,
         "workers": options.workers, "gpus_per_worker": options.gpus_per_worker,
         "cpus_per_worker": options.cpus_per_worker, "storage": folder / "runs",

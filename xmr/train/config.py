@@ -53,7 +53,8 @@ class OptimConfig:
         if self.name not in OPTIMIZERS:
             raise ValueError(f"optimizer {self.name!r} is not one of {', '.join(OPTIMIZERS)}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+            choices = ", ".join(SCHEDULES)
+            raise ValueError(f"--lr-schedule {self.schedule!r} is not one of {choices}")
         if self.lr <= 0:
             raise ValueError(f"--lr must be > 0, got {self.lr}")
 
@@ -346,6 +347,9 @@ def resolve_config(
     steps: int | None = None,
     batch_size: int | None = None,
     lr: float | None = None,
+    weight_decay: float | None = None,
+    lr_schedule: str | None = None,
+    warmup_steps: int | None = None,
     lr_step_period: int | None = None,
     fair_alpha: float = 0.0,
     fair_captions: str = "neutral",
@@ -396,9 +400,9 @@ def resolve_config(
         defaults.pretrained if pretrained is None else pretrained,
         init,
     )
-    optim = defaults.optim if lr is None else replace(defaults.optim, lr=lr)
-    if lr_step_period is not None:
-        optim = replace(optim, step_period=lr_step_period)
+    given_optim = {"lr": lr, "weight_decay": weight_decay, "schedule": lr_schedule,
+                   "warmup_steps": warmup_steps, "step_period": lr_step_period}  # fmt: skip
+    optim = replace(defaults.optim, **{k: v for k, v in given_optim.items() if v is not None})
     if max_violation is None:  # a warm-up asks for the hardest negative after it
         max_violation = True if max_violation_after else defaults.max_violation
     if dataset == "fashiongen":  # its test set is not public: the papers test on validation

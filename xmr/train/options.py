@@ -169,6 +169,13 @@ class TrainOptions(TrainChoice):
         ge=1,
     )
     lr: float | None = option(None, "Learning rate (default: the family's).", gt=0)
+    weight_decay: float | None = option(None, "Weight decay (default: the family's).", ge=0)
+    lr_schedule: str | None = option(
+        None, "Learning-rate schedule: step | cosine | constant (default: the family's)."
+    )
+    warmup_steps: int | None = option(
+        None, "Optimiser steps of linear learning-rate warm-up (default: the family's).", ge=0
+    )
     lr_step_period: int | None = option(
         None,
         "The step schedule's period in optimiser steps (default: the family's step epochs × "
