@@ -108,7 +108,7 @@ TOYWORLD: dict[str, FamilyDefaults] = {
 """From-scratch presets for ToyWorld on a laptop CPU (tiny architectures, higher rates)."""
 
 TOY_FINETUNE: dict[str, FamilyDefaults] = {
-    "clip": FamilyDefaults(TOY_ARCH, TOY_TAG, 2, 128, OptimConfig("adam", 1e-4, step_epochs=1)),
+    "clip": FamilyDefaults(TOY_ARCH, TOY_TAG, 2, 128, OptimConfig("adam", 1e-4)),
     "eiclip": FamilyDefaults(
         TOY_ARCH,
         TOY_TAG,
@@ -117,7 +117,11 @@ TOY_FINETUNE: dict[str, FamilyDefaults] = {
         OptimConfig("adam", 1e-4, weight_decay=1e-4, schedule="cosine", warmup_steps=50),
     ),
 }
-"""Finetuning the toy CLIP (``--pretrained toy``): the CLIP families only (it is a CLIP)."""
+"""Finetuning the toy CLIP (``--pretrained toy``): the CLIP families only (it is a CLIP), each
+with its paper's schedule (``clip``: ×0.5 every 2 epochs, odmap §4.1; ``eiclip``: cosine after a
+warm-up, EI-CLIP §4) at the toy model's rate. Halving every epoch instead stopped a converged
+CLIP on the shop world at val RSUM 261, where the cosine recipe passed 400: the rate ran out
+before the model had learned what it could."""
 
 
 @dataclass(frozen=True)
