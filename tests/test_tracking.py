@@ -10,6 +10,7 @@ import mlflow
 import pytest
 
 from xmr.tracking import (
+    EXPERIMENT_KIND,
     TrackedRun,
     experiment_name,
     find_runs,
@@ -52,6 +53,23 @@ def test_start_run_puts_artifacts_beside_the_database(tmp_path: Path, monkeypatc
     assert stored.data.tags["k"] == "v"
     assert (tmp_path / "store" / "mlartifacts" / "xmr_test_unit").is_dir()
     assert list((tmp_path / "store" / "mlartifacts").rglob("note.txt"))
+
+
+def test_every_experiment_says_it_is_model_training(tmp_path: Path) -> None:
+    """The MLflow UI opens an experiment by its kind: xmr's are model training (their runs), a
+    store made before the tag gets it, and a kind the user chose stays."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri)
+    older = client.create_experiment("xmr/old")
+    client.create_experiment("xmr/chosen", tags={"mlflow.experimentKind": "genai_development"})
+    for name in ("xmr/new", "xmr/old", "xmr/chosen"):
+        with start_run(name, tracking_uri=uri):
+            pass
+    kinds = {name: client.get_experiment_by_name(name).tags.get("mlflow.experimentKind")
+             for name in ("xmr/new", "xmr/old", "xmr/chosen")}  # fmt: skip
+    assert kinds == {"xmr/new": "custom_model_development", "xmr/old": "custom_model_development",
+                     "xmr/chosen": "genai_development"}  # fmt: skip
+    assert client.get_experiment(older).tags == EXPERIMENT_KIND
 
 
 def test_a_recorded_run_is_continued_and_ends_once(tmp_path: Path) -> None:

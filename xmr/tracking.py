@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 DEFAULT_DB = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"  # beside a sqlite store
 PARENT_TAG = "mlflow.parentRunId"  # how MLflow (and its UI) nests a run under another
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+"""The experiment tag the MLflow UI (3.x) opens an experiment's view by: model training shows
+its runs; an experiment without it opens in the GenAI view (traces, latency, tokens)."""
 RUN_STATUSES = ("RUNNING", "FINISHED", "FAILED", "KILLED")
 
 
@@ -262,19 +265,28 @@ def ending_status(exc: BaseException) -> str:
 
 
 def _ensure_experiment(experiment: str, tracking_uri: str) -> None:
-    """Create ``experiment`` on first use (artifacts beside a sqlite database)."""
+    """Create ``experiment`` on first use (artifacts beside a sqlite database), tagged
+    :data:`EXPERIMENT_KIND`; an experiment made without the tag (by an older xmr, or by hand)
+    gets it."""
     import mlflow
 
     client = _client(tracking_uri)
-    if client.get_experiment_by_name(experiment) is not None:
-        return
-    try:
-        client.create_experiment(
-            experiment, artifact_location=_artifact_location(tracking_uri, experiment)
-        )
-    except mlflow.exceptions.MlflowException:  # created meanwhile by a concurrent trial
-        if client.get_experiment_by_name(experiment) is None:
-            raise
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        try:
+            client.create_experiment(
+                experiment,
+                artifact_location=_artifact_location(tracking_uri, experiment),
+                tags=EXPERIMENT_KIND,
+            )
+            return
+        except mlflow.exceptions.MlflowException:  # created meanwhile by a concurrent trial
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
+                raise
+    for key, value in EXPERIMENT_KIND.items():
+        if key not in found.tags:  # a kind the user set is theirs
+            client.set_experiment_tag(found.experiment_id, key, value)
 
 
 def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
