@@ -261,6 +261,18 @@ def test_tune_makes_relative_paths_of_a_space_absolute(tmp_path: Path, monkeypat
     assert clip.fixed["checkpoint"] == str(tmp_path / "runs" / "last.pt")
 
 
+def test_tune_data_is_the_spaces_data_made_absolute(tmp_path: Path, monkeypatch) -> None:
+    """``xmr tune --data DIR``, as ``xmr train`` and every job take it: ``--set data=DIR``."""
+    from xmr.tune.options import TuneOptions
+
+    monkeypatch.chdir(tmp_path)
+    options = TuneOptions(space="fair_alpha", data="world", dataset="toyworld")
+    assert options.fixed() == {"dataset": "toyworld", "data": str(tmp_path / "world")}
+    assert options.search_space().fixed["data"] == str(tmp_path / "world")
+    result = runner.invoke(app, ["tune", "--help"], env={"COLUMNS": "200"})
+    assert "--data" in result.output
+
+
 def _tiny_world(folder: Path) -> None:
     """``xmr data toyworld --out world`` in ``folder``, as a user would (a relative path)."""
     splits = {"splits": {"train": 8, "val": 4, "test": 4}}

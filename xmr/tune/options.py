@@ -22,6 +22,10 @@ class TuneOptions:
 
     space: str = option(help=f"{' | '.join(shipped_spaces())} (tune_spaces/) or a space YAML path.")
     dataset: str | None = option(None, "Shortcut for --set dataset=... (default: the space's).")
+    data: StoragePath | None = option(
+        None,
+        "Shortcut for --set data=...: the dataset folder, a path or s3://… (default: the space's).",
+    )
     overrides: list[str] | None = option(
         None, "Override a fixed option of the space: KEY=VALUE (repeatable).", flag="set"
     )
@@ -46,7 +50,8 @@ class TuneOptions:
         resolve_paths(self)
 
     def fixed(self) -> dict[str, Any]:
-        """The ``--set KEY=VALUE`` options (values parsed as YAML) and ``--dataset``.
+        """The ``--set KEY=VALUE`` options (values parsed as YAML), ``--dataset`` and ``--data``
+        (made absolute: the trials run in other folders).
 
         Raises:
             ValueError: an item that is not KEY=VALUE, or a value that is not valid YAML.
@@ -59,6 +64,8 @@ class TuneOptions:
             fixed[key.strip().replace("-", "_")] = load_yaml(value, f"--set {item}")
         if self.dataset:
             fixed["dataset"] = self.dataset
+        if self.data is not None:
+            fixed["data"] = str(self.data)
         return fixed
 
     def search_space(self) -> SearchSpace:
