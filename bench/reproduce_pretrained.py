@@ -45,13 +45,19 @@ ODMAP = [
     for m in ("odmap_at_1", "odmap_at_5", "odmap_at_10", "recall_t2i_at_1", "recall_t2i_at_10")
 ]
 EICLIP = [
-    *(f"test/{p}recall_{d}_at_1" for p in ("", "subcat_") for d in ("t2i", "i2t")),
+    *(f"test/{p}recall_{d}_at_{k}" for p in ("", "subcat_") for d in ("t2i", "i2t")
+      for k in (1, 5, 10)),
     *(f"test/brand_{kind}/recall_{d}_at_1" for kind in ("scene_word", "shop_word", "invented")
       for d in ("t2i", "i2t")),
 ]  # fmt: skip
 BIAUG = [f"test/binding/{m}_acc" for m in ("swap", "counter", "stereotype")] + [
     "test/recall_t2i_at_1", "test/recall_i2t_at_1",
 ]  # fmt: skip
+EICLIP_SUMR = (
+    "test/sumr",
+    "test/subcat_sumr",
+    *(f"test/brand_{kind}/sumr" for kind in ("scene_word", "shop_word", "invented")),
+)
 GENDER = ["test/bias_at_10", "test/natural/bias_at_10", "test/recall_t2i_at_10"]
 GENDER_ALPHAS = ("0.5", "1")
 GENDER_MS = ("16", "64")
@@ -71,6 +77,8 @@ class Experiment:
     metrics: list[str]
     positive_control: bool = False
     mode: str | None = None
+    levels: tuple[str, ...] = ()
+    """Metrics without per-query values (a SumR) shown as each run's value per seed."""
 
 
 CONVERGED = ("--pretrained", "toy", "--converged")
@@ -87,10 +95,10 @@ EXPERIMENTS = {
     "odmap-control": Experiment("odmap", "odmap-control", CONVERGED, D_VS_DPRIME, ODMAP,
                                 positive_control=True),
     "eiclip-shop": Experiment("eiclip", None, CONVERGED, (("train-clip", "train-eiclip"),),
-                              EICLIP, mode="shop"),
+                              EICLIP, mode="shop", levels=EICLIP_SUMR),
     "eiclip-shop-confounded": Experiment("eiclip", "shop-confounded", CONVERGED,
                                          (("train-clip", "train-eiclip"),), EICLIP,
-                                         positive_control=True, mode="shop"),
+                                         positive_control=True, mode="shop", levels=EICLIP_SUMR),
     "biaug-binding": Experiment("biaug", "binding", (*CONVERGED, "--hard-negative-ablation"),
                                 HARD_NEGATIVES, BIAUG),
     "biaug-binding-steps": Experiment("biaug", "binding",
@@ -228,7 +236,27 @@ class Reproduction:
                 total = change_text(mean.value, mean.low, mean.high, mark=True)
                 label = metric.removeprefix("test/")
                 lines.append(f"| {label} | {pair[1]} − {pair[0]} | {cells} | {total} |")
+        if experiment.levels:
+            lines += ["", "| metric | run | per seed | mean |", "|---|---|---|---|"]
+            runs = dict.fromkeys(run for pair in experiment.comparisons for run in pair)
+            for metric in experiment.levels:
+                label = metric.removeprefix("test/")
+                for run in runs:
+                    try:
+                        values = [self.final_metric(name, seed, run, metric) for seed in self.seeds]
+                    except (KeyError, LookupError, FileNotFoundError) as exc:
+                        lines.append(f"| {label} | {run} | not measured: {exc} | |")
+                        continue
+                    cells = "; ".join(f"{v:.1f}" for v in values)
+                    lines.append(f"| {label} | {run} | {cells} | {np.mean(values):.1f} |")
         return "\n".join(lines)
+
+    def final_metric(self, name: str, seed: int, run: str, metric: str) -> float:
+        """``metric`` as ``run`` (:meth:`run_id`) logged it last."""
+        import mlflow
+
+        client = mlflow.MlflowClient(self.uri)
+        return client.get_run(self.run_id(name, seed, run)).data.metrics[metric]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
