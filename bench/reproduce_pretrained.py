@@ -38,6 +38,7 @@ from training_runs import run  # bench/training_runs.py
 from xmr.compare.bootstrap import Interval, paired_intervals, seeds_and_queries_interval
 from xmr.compare.per_query import QueryValues, logged_per_query
 from xmr.compare.verdict import change_text
+from xmr.jobs.gender import SWEEPS
 
 REPO = Path(__file__).resolve().parents[1]
 ODMAP = [
@@ -161,7 +162,7 @@ class Reproduction:
         if not value:
             return json.loads((folder / "steps" / f"{step}.json").read_text())["run_id"]
         trials = pd.read_csv(folder / f"{step}_trials.csv")
-        swept = step.replace("-", "_")
+        swept = SWEEPS[step][1]  # the option the step's sweep varies
         found = trials[(trials[swept] == float(value)) & (trials["status"] == "FINISHED")]
         if found.empty:
             raise LookupError(f"{name} seed {seed}: {step} has no finished trial {swept}={value}")
@@ -243,7 +244,7 @@ class Reproduction:
                 label = metric.removeprefix("test/")
                 for run in runs:
                     try:
-                        values = [self.final_metric(name, seed, run, metric) for seed in self.seeds]
+                        values = [self.run_metrics(name, seed, run)[metric] for seed in self.seeds]
                     except (KeyError, LookupError, FileNotFoundError) as exc:
                         lines.append(f"| {label} | {run} | not measured: {exc} | |")
                         continue
@@ -251,12 +252,13 @@ class Reproduction:
                     lines.append(f"| {label} | {run} | {cells} | {np.mean(values):.1f} |")
         return "\n".join(lines)
 
-    def final_metric(self, name: str, seed: int, run: str, metric: str) -> float:
-        """``metric`` as ``run`` (:meth:`run_id`) logged it last."""
+    @cache  # noqa: B019 (one Reproduction per script run)
+    def run_metrics(self, name: str, seed: int, run: str) -> dict[str, float]:
+        """The metrics ``run`` (:meth:`run_id`) logged, each its last value, read once."""
         import mlflow
 
-        client = mlflow.MlflowClient(self.uri)
-        return client.get_run(self.run_id(name, seed, run)).data.metrics[metric]
+        logged = mlflow.MlflowClient(self.uri).get_run(self.run_id(name, seed, run))
+        return dict(logged.data.metrics)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
