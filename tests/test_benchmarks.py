@@ -760,7 +760,7 @@ def test_toyworld_binding_scores_a_generated_world_with_json_and_mlflow(tmp_path
     # `xmr train` scores the same test at the end of training, as test/binding/*, with the
     # same intervals and per-item values under those names (its per_query.parquet)
     from xmr.train.config import resolve_config
-    from xmr.train.loop import run_binding
+    from xmr.train.evaluation import run_binding
 
     train_config = resolve_config("clip", data=root, storage=tmp_path, seed=0)
     metrics, items = run_binding(model, train_config, root)

@@ -68,6 +68,11 @@ RAY_WIRING = frozenset({
 RAY_MODULE_LINES = 450
 """The most lines a Ray wiring module may have: wiring, not algorithms (those go below it)."""
 
+RAY_FUNCTION_LINES = 60
+"""The most lines of code (its docstring aside) a function in a Ray wiring module may have: a
+loop, a plan or a record growing inside the wiring goes below it (``xmr.train.fit``,
+``xmr.train.plan``, ``xmr.train.record``)."""
+
 RAY_SURFACE = {
     "xmr.pipeline.ray_executor": {
         "RayExecutor",
@@ -274,6 +279,27 @@ def test_the_wiring_modules_stay_thin() -> None:
     assert not fat, f"over {RAY_MODULE_LINES} lines (move what is not Ray below it): {fat}"
 
 
+def _code_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines, its docstring's left out."""
+    lines = function.end_lineno - function.lineno + 1
+    first = function.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_the_wiring_functions_stay_short() -> None:
+    long = []
+    for module, path in _module_paths().items():
+        if module not in RAY_WIRING:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if function and (lines := _code_lines(node)) > RAY_FUNCTION_LINES:
+                long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines}")
+    assert not long, f"over {RAY_FUNCTION_LINES} lines of code:\n" + "\n".join(long)
+
+
 def _fast_test_files() -> list[Path]:
     """Test files with at least one case outside ``slow`` (the fast tier)."""
     fast = []
@@ -316,3 +342,16 @@ def test_the_fast_tier_covers_every_package() -> None:
                 covered |= {_layer(a.name) for a in node.names if a.name.startswith("xmr")}
     missing = [name for name in LAYERS if name != "xmr" and name not in covered]
     assert not missing, f"no fast test imports {missing}: add one outside `slow`"
+
+
+def test_the_training_driver_reaches_tracking_only_through_its_record() -> None:
+    """``xmr/train/run.py`` plans, opens the record and fits on Ray; what it logs goes through
+    ``xmr.train.record`` (it names tracking's run type, and calls nothing there)."""
+    path = PACKAGE / "train" / "run.py"
+    names = {
+        alias.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "xmr.tracking"
+        for alias in node.names
+    }
+    assert names <= {"TrackedRun"}

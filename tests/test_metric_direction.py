@@ -182,7 +182,7 @@ def test_the_eval_report_labels_each_row_with_its_direction(tmp_path: Path) -> N
 
 
 def test_the_best_checkpoint_is_chosen_by_the_summed_recall_in_percent() -> None:
-    from xmr.train.loop import selection_score
+    from xmr.train.evaluation import selection_score
 
     metrics = {
         "val/recall_i2t_at_1": 0.1,

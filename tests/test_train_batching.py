@@ -317,11 +317,13 @@ def test_the_synth_only_flag_trains_on_the_dprime_sample_alone(
     import mlflow
 
     from xmr.tracking import start_run
-    from xmr.train.run import _log_inputs
+    from xmr.train.plan import RunPlan
+    from xmr.train.record import _log_inputs
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    plan = RunPlan(ablation, tiny_world, alone, alone.corpus(), grouped=True, steps_per_epoch=1)
     with start_run("xmr/train/toyworld", tracking_uri=uri) as run:
-        _log_inputs(run, alone, ablation, tiny_world)
+        _log_inputs(run, plan)
     inputs = mlflow.MlflowClient(uri).get_run(run.run_id).inputs.dataset_inputs
     assert [i.dataset.name for i in inputs] == ["D′"]
 
@@ -336,8 +338,7 @@ def test_steps_set_the_epochs_from_the_fewest_steps_an_epoch_has(
     short: epoch 0 has 6 micro-batches, epoch 1 has 5): steps per epoch are the fewest of any
     epoch the run trains, and the epochs ``ceil(N / steps per epoch)`` (12 steps: not 2 epochs
     of 6, but 3 of 5); the epochs' steps add up to N. --epochs E: the fewest over E epochs."""
-    from xmr.train.loader import training_plan
-    from xmr.train.run import _run_length
+    from xmr.train.plan import run_length, training_plan
 
     full = training_data(read_dataset("toyworld", tiny_world, "train"), biaug_dprime).table
     paired = np.array(full[GROUP_COLUMN].to_pylist()) != ""
@@ -346,12 +347,12 @@ def test_steps_set_the_epochs_from_the_fewest_steps_an_epoch_has(
     config = resolve_config("clip", steps=steps, **fields)
     plan = training_plan(table, config, grouped=True)
     assert [len(plan.batches(epoch)) for epoch in range(2)] == [6, 5]
-    per_epoch, epochs = _run_length(table, config, grouped=True)
+    per_epoch, epochs = run_length(table, config, grouped=True)
     assert (per_epoch, epochs) == length
     assert per_epoch == min(len(plan.batches(epoch)) for epoch in range(epochs))
     assert sum(config.steps_in_epoch(epoch, per_epoch) for epoch in range(epochs)) == steps
-    assert _run_length(table, resolve_config("clip", epochs=1, **fields), grouped=True) == (6, 1)
-    assert _run_length(table, resolve_config("clip", epochs=2, **fields), grouped=True) == (5, 2)
+    assert run_length(table, resolve_config("clip", epochs=1, **fields), grouped=True) == (6, 1)
+    assert run_length(table, resolve_config("clip", epochs=2, **fields), grouped=True) == (5, 2)
 
 
 def test_pairs_together_counts_rows_beside_their_partner() -> None:

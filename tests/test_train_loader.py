@@ -19,15 +19,8 @@ from xmr.models.batch import TrainBatch
 from xmr.train.batching import GROUP_COLUMN, epoch_order, pairs_together
 from xmr.train.config import resolve_config
 from xmr.train.data import ROW_COLUMN, augment_seeds, collate, training_data
-from xmr.train.loader import (
-    CollateSlots,
-    StartClock,
-    batches_of,
-    slots_of_steps,
-    spare_loaders,
-    training_dataset,
-    training_plan,
-)
+from xmr.train.loader import CollateSlots, StartClock, batches_of, spare_loaders, training_dataset
+from xmr.train.plan import slots_of_steps, training_plan
 from xmr.train.run import train
 from xmr.tune.trials import TrialFootprint
 

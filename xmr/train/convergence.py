@@ -2,7 +2,7 @@
 
 A run trained with :class:`Convergence` evaluates the validation split every ``eval_every``
 epochs (every epoch unless set) and stops once its selection score, the summed recall RSUM in
-percentage points (:func:`~xmr.train.loop.selection_score`), has not beaten the best so far by
+percentage points (:func:`~xmr.train.evaluation.selection_score`), has not beaten the best so far by
 more than ``min_delta`` for ``patience`` evaluations in a row, or at ``max_epochs``. It then
 takes back the weights of its best evaluation, so the test split is scored on those, and its
 ``last.pt`` is the best checkpoint (early stopping with the best weights restored).

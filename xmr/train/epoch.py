@@ -1,8 +1,8 @@
 """One training epoch as a plain PyTorch function: no Ray, no data loader of its own.
 
 :func:`train_one_epoch` (in the spirit of open_clip's ``train_one_epoch``) steps an objective
-over an iterator of micro-batches and times the epoch. Ray Train's loop
-(:mod:`xmr.train.loop`) calls it with the batches its Ray Data shard decodes ahead; the plain
+over an iterator of micro-batches and times the epoch. The run (:func:`xmr.train.fit.fit`)
+calls it with the batches Ray Data decodes ahead, or decoded in its own process; the plain
 loop of ``bench/bench_train_throughput.py`` calls it with batches collated in its own process,
 so the benchmark compares data paths and nothing else.
 

@@ -1,17 +1,13 @@
 """The training loader: every epoch's batches decoded ahead of the workers by Ray Data actors.
 
-The dataset handed to Ray Train holds one row per micro-batch *slot* of the whole run: slot
-``g`` is micro-batch ``k = g mod S`` of epoch ``e = g div S`` (``S`` slots per epoch over all
-workers, :func:`slots_of_steps`). :class:`CollateSlots`, a Ray Data actor stage, turns it into
-the rows the run's :class:`~xmr.train.batching.EpochPlan` gives micro-batch ``k`` of epoch
-``e`` (a seeded permutation of the whole training table, or of its BiAug groups, which then
-stay whole in one micro-batch): it reads the pairs, decodes the images, applies the train
-transform (seeded per pair, :func:`~xmr.train.data.augment_seeds`) and tokenises, and emits
-the batch as one row of tensor columns (:meth:`~xmr.models.batch.TrainBatch.to_columns`). So
-every epoch is a fresh global shuffle, the same for the same seed whatever the number of
-loader actors; decoding runs in processes of its own (on a cluster, wherever Ray places the
-actors), never in a training worker's threads; and the run is one Ray Data execution, so the
-actors start once and the next epoch's batches are decoded while this one's last steps run.
+The dataset handed to Ray Train holds one row per micro-batch *slot* of the whole run
+(:mod:`xmr.train.plan`). :class:`CollateSlots`, a Ray Data actor stage, turns each into the
+decoded micro-batch the run's plan gives it (:class:`~xmr.train.plan.SlotDecoder`) and emits
+it as one row of tensor columns (:meth:`~xmr.models.batch.TrainBatch.to_columns`). So every
+epoch is a fresh global shuffle, the same for the same seed whatever the number of loader
+actors; decoding runs in processes of its own (on a cluster, wherever Ray places the actors),
+never in a training worker's threads; and the run is one Ray Data execution, so the actors
+start once and the next epoch's batches are decoded while this one's last steps run.
 
 A worker (re)starting at epoch ``s`` (a resumed run, a restarted worker group) sets the run's
 :class:`StartClock` to ``s`` before it starts iterating; the stage reads it when it is built
@@ -29,12 +25,10 @@ import ray
 import ray.data
 import torch
 
-from xmr.models import create_model
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
-from xmr.train.batching import GROUP_COLUMN, EpochPlan, pairs_together
 from xmr.train.config import TrainConfig
-from xmr.train.data import collate
+from xmr.train.plan import PairCounts, SlotDecoder, slots_of_steps
 
 SLOT_COLUMN = "slot"  # the slot's number in the run
 PAIRS_COLUMN = "pairs_together"  # the batch's (rows of a pair, rows beside their partner)
@@ -56,15 +50,16 @@ class StartClock:
 
 
 class CollateSlots:
-    """Ray Data stage: slot numbers in, one decoded micro-batch per slot out.
+    """Ray Data stage: slot numbers in, one decoded micro-batch per slot out
+    (:class:`~xmr.train.plan.SlotDecoder` in an actor).
 
     Input column ``slot`` (int64 slot numbers of the run); output: one row per slot of the start
     epoch or later (none for an earlier slot), whose columns are the
     batch's :meth:`~xmr.models.batch.TrainBatch.to_columns` (``pixels`` ``[B, 3, H, W]``
     float32, ``text`` ``[B, L]``, labels ``[B]``, ...) and ``pairs_together`` ``[2]`` int64
     (:func:`~xmr.train.batching.pairs_together` of a ``grouped`` table's batch, else 0, 0).
-    Built once per actor: the family's transform and tokenizer (the model, on the CPU, with one
-    torch thread), the training table, read from the object store, and the run's plan.
+    Built once per actor, with one torch thread; the training table and corpus are read from
+    the object store.
     """
 
     def __init__(
@@ -77,34 +72,19 @@ class CollateSlots:
         grouped: bool,
     ) -> None:
         torch.set_num_threads(1)
-        self.config = TrainConfig.from_dict(config)
-        self.table: pa.Table = ray.get(table)
-        self.model = create_model(self.config.model, seed=self.config.seed, corpus=ray.get(corpus))
+        self.decoder = SlotDecoder(
+            TrainConfig.from_dict(config), ray.get(table), ray.get(corpus), slots_per_epoch, grouped
+        )
         self.start = int(ray.get(clock.get.remote()))
-        self.slots_per_epoch = slots_per_epoch
-        self.grouped = grouped
-        self.plan = training_plan(self.table, self.config, grouped)
 
     def __call__(self, slots: Mapping[str, np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
         for slot in slots[SLOT_COLUMN]:
-            epoch, k = divmod(int(slot), self.slots_per_epoch)
-            if epoch < self.start:
+            if self.decoder.epoch_of(int(slot)) < self.start:
                 continue
-            take = self.plan.batches(epoch)[k]
-            rows = self.table.take(pa.array(take, pa.int64())).to_pydict()
-            batch = collate(rows, self.model, seed=self.config.seed, epoch=epoch)
+            batch, pairs = self.decoder.batch(int(slot))
             columns = batch.to_columns()
-            pairs = pairs_together(rows[GROUP_COLUMN]) if self.grouped else (0, 0)
             columns[PAIRS_COLUMN] = np.array(pairs, np.int64)
             yield {name: value[np.newaxis] for name, value in columns.items()}
-
-
-def training_plan(table: pa.Table, config: TrainConfig, grouped: bool) -> EpochPlan:
-    """The run's :class:`~xmr.train.batching.EpochPlan` of micro-batches: by whole BiAug groups
-    when ``grouped`` (and ``config.hard_negatives``), by rows otherwise."""
-    return EpochPlan.for_table(
-        table, config.micro_batch, config.seed, grouped, config.hard_negatives
-    )
 
 
 def spare_loaders(
@@ -139,12 +119,6 @@ def loader_count(config: TrainConfig) -> tuple[int, str]:
     nodes = [node["Resources"].get("CPU", 0.0) for node in ray.nodes() if node["Alive"]]
     count, why = spare_loaders(nodes, config.workers, config.cpus_per_worker)
     return count, f"as many as the nodes spare: {why}"
-
-
-def slots_of_steps(config: TrainConfig, steps: int) -> int:
-    """Micro-batches of ``steps`` optimiser steps over all workers: steps × workers ×
-    accumulation steps."""
-    return steps * config.workers * config.accum_steps
 
 
 def training_dataset(
@@ -182,7 +156,7 @@ def training_dataset(
 
 def batches_of(
     shard: ray.data.DataIterator, prefetch: int
-) -> Iterator[tuple[TrainBatch, tuple[int, int]]]:
+) -> Iterator[tuple[TrainBatch, PairCounts]]:
     """The worker's side: its slots' batches, all epochs from the start epoch on, as
     :class:`~xmr.models.batch.TrainBatch` on the CPU with the batch's
     :func:`~xmr.train.batching.pairs_together` counts, ``prefetch`` batches fetched ahead."""

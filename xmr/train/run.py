@@ -21,7 +21,6 @@ A BiAug D′ trains from micro-batches filled with whole groups
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -29,67 +28,45 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs
 import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
 from xmr.compare.per_query import PER_QUERY_FILE
-from xmr.data import read_dataset
 from xmr.models import check_spec
 from xmr.pipeline.ray_executor import init_ray
 from xmr.progress import stdout_is_terminal
 from xmr.storage import ObjectPath, StoragePath, check_bucket
-from xmr.text import require_tagger
-from xmr.toyworld.default_world import default_toyworld
-from xmr.tracking import (
-    TrackedRun,
-    experiment_name,
-    is_finite_number,
-    recorded_run,
-    resolve_tracking_uri,
-    start_run,
-    write_run_record,
-)
+from xmr.tracking import TrackedRun
 from xmr.train.config import TrainConfig
-from xmr.train.convergence import BEST_EPOCH, PLATEAUED, STOPPED_EPOCH, stop_reason
-from xmr.train.data import TrainingData, data_digest, ratio_shortfall, training_data
-from xmr.train.loader import StartClock, loader_count, training_dataset, training_plan
-from xmr.train.loop import MODEL_FILE, train_loop
-from xmr.train.optim import LR_STEP_PERIOD, step_period
-from xmr.train.result import FINAL_METRICS_KEY, RUN_FILE, RUN_ID_KEY, TrainResult
+from xmr.train.fit import MODEL_FILE
+from xmr.train.loader import StartClock, loader_count, training_dataset
+from xmr.train.loop import train_loop
+from xmr.train.plan import RunPlan, plan_run
+from xmr.train.record import RunRecord
+from xmr.train.result import TrainResult
 
-STOP_REASON_TAG = "xmr.stop_reason"  # why a run trained with --epochs auto stopped where it did
 TRAIN_PRINT_PATCH = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train passes it on to the workers
 
 
 class MlflowReporter(ray.train.UserCallback):
-    """Logs every epoch's metrics to the run's MLflow run and exports ``last.pt`` / ``best.pt``.
+    """Logs every epoch's report to the run's record and exports ``last.pt`` / ``best.pt``.
 
     Runs in the Ray Train controller (the driver's side), so workers never touch the tracking
     store.
     """
 
-    def __init__(self, run: TrackedRun, run_dir: StoragePath) -> None:
-        self.run = run
-        self.run_dir = run_dir
+    def __init__(self, record: RunRecord, run: TrackedRun) -> None:
+        self.record, self.run = record, run
 
     def after_report(self, run_context, metrics: list[dict[str, Any]], checkpoint) -> None:
         values = metrics[0]  # rank 0 reports the evaluation
-        self.run.log_metrics(
-            {
-                key: float(value)
-                for key, value in values.items()
-                if isinstance(value, int | float) and key not in ("epoch", "improved")
-            },
-            step=int(values["epoch"]),
-            timestamp_ms=0,
-        )
+        self.record.log_epoch(self.run, values)
         if checkpoint is not None:
-            targets = [self.run_dir / "last.pt"]
+            targets = [self.record.last]
             if values.get("improved"):
-                targets.append(self.run_dir / "best.pt")
+                targets.append(self.record.best)
             _export(checkpoint, targets)
             _log_per_query(checkpoint, self.run)
 
@@ -134,100 +111,6 @@ class _Trainer(TorchTrainer):
         return None
 
 
-def _mlflow_run(
-    config: TrainConfig,
-    run_dir: StoragePath,
-    tracking_uri: str,
-    tags: dict[str, str],
-    experiment: str,
-    parent_run_id: str | None,
-    run_name: str,
-) -> TrackedRun:
-    """The MLflow run of ``run_dir`` (RUNNING): the one a previous attempt started, or a new
-    one named ``run_name``."""
-    record = run_dir / RUN_FILE
-    resumed = recorded_run(record, RUN_ID_KEY, tracking_uri)
-    if resumed is not None:
-        return resumed
-    with start_run(
-        experiment,
-        run_name=run_name,
-        tracking_uri=tracking_uri,
-        tags={"xmr.command": "train", "xmr.run_dir": str(run_dir), **tags},
-        parent_run_id=parent_run_id,
-        keep_running=True,
-    ) as run:
-        run.log_params(config.params())
-    write_run_record(record, run, RUN_ID_KEY, {"config": config.to_dict()})
-    return run
-
-
-def _check_same_config(config: TrainConfig, run_dir: StoragePath) -> None:
-    record = run_dir / RUN_FILE
-    if not record.is_file():
-        return
-    saved = TrainConfig.from_dict(json.loads(record.read_text())["config"])
-    if saved.fingerprint() != config.fingerprint():
-        raise ValueError(
-            f"{run_dir} holds run {config.name!r} with another config "
-            f"({saved.fingerprint()} vs {config.fingerprint()}); use another --name to start "
-            "a new run, or the same flags to resume it"
-        )
-
-
-def _finished_run(run_dir: StoragePath, tracking_uri: str) -> tuple[dict[str, float], str] | None:
-    """``(final metrics, MLflow run id)`` of the run that finished training in ``run_dir`` and
-    logged to ``tracking_uri``; None when it did not finish (or logged elsewhere)."""
-    record = run_dir / RUN_FILE
-    if not record.is_file() or not (run_dir / "last.pt").is_file():
-        return None
-    metrics = json.loads(record.read_text()).get(FINAL_METRICS_KEY)
-    run = recorded_run(record, RUN_ID_KEY, tracking_uri, reopen=False) if metrics else None
-    return None if run is None else ({k: float(v) for k, v in metrics.items()}, run.run_id)
-
-
-def _log_inputs(
-    run: TrackedRun, data: TrainingData, config: TrainConfig, root: StoragePath
-) -> None:
-    """D and the D′ sample as MLflow dataset inputs (metadata only, no pixels)."""
-    table = data.table.select(["image_id", "caption", "source", "image_gender"]).to_pandas()
-    table["image_id"] = table["image_id"].astype("float64")  # MLflow's schema hint otherwise
-    parts = []
-    if data.original:  # none with --synth-only
-        parts.append((table[table.source == "D"], root, f"{config.dataset}/{config.split}"))
-    if data.synthetic:
-        parts.append((table[table.source != "D"], config.synth, "D′"))
-    for frame, source, name in parts:
-        run.log_dataset(frame, source=str(source), name=name, context="training")
-
-
-def _run_length(table: pa.Table, config: TrainConfig, grouped: bool) -> tuple[int, int]:
-    """``(steps per epoch, epochs)`` of the run.
-
-    Steps per epoch: the micro-batches of the run's epoch that has fewest (whole groups fill
-    some a row short or leave rows over, :func:`~xmr.train.batching.batch_groups`; by rows,
-    every epoch has as many) over workers × accumulation steps; 0 when the data fill no step.
-    Epochs: ``config.epochs``, or with ``config.steps``, ``ceil(steps / steps per epoch)``
-    (grouped, the fewest over those epochs: looked for until the epochs needed are all seen).
-    """
-    plan = training_plan(table, config, grouped)
-    per_step = config.workers * config.accum_steps
-    fewest, seen = len(plan.batches(0)) // per_step, 1  # over the first `seen` epochs
-    while True:
-        by_steps = config.steps is not None and fewest > 0
-        epochs = -(-config.steps // fewest) if by_steps else config.epochs
-        if not grouped or fewest == 0 or seen >= epochs:
-            return fewest, epochs
-        fewest = min(fewest, len(plan.batches(seen)) // per_step)
-        seen += 1
-
-
-def default_world(config: TrainConfig) -> Path:
-    """The embedded ToyWorld for ``config``: the shop world (product entities) for EI-CLIP."""
-    mode = "shop" if config.model.family == "eiclip" else "scene"
-    return default_toyworld(config.seed, mode=mode)
-
-
 def _sized_loaders(config: TrainConfig) -> TrainConfig:
     """``config`` with its loader count (:func:`loader_count`), after a line that says how
     many and why."""
@@ -259,7 +142,7 @@ def train(
     lines: concurrent bars would overwrite each other).
 
     With ``config.steps`` the run stops after that many optimiser steps, its epochs set here
-    from the data (:func:`_run_length`); every run logs its total as the param
+    from the data (:func:`~xmr.train.plan.run_length`); every run logs its total as the param
     ``train.total_steps`` (with ``config.convergence``, the cap's) and, per epoch,
     ``train/global_step``. With ``config.convergence`` (``--epochs auto``) it stops when the
     validation score levels off and is tested with its best epoch's weights; the final
@@ -276,69 +159,27 @@ def train(
     """
     check_spec(config.model)
     check_bucket(config.storage, "--storage")
-    root = config.data if config.data else default_world(config)
-    run_dir = config.storage / config.name
-    _check_same_config(config, run_dir)
-    records = read_dataset(config.dataset, root, config.split)
-    if not records:
-        raise ValueError(f"{root}: split {config.split!r} has no usable images")
-    data = training_data(
-        records, config.synth, config.synth_ratio, config.seed, synth_only=config.synth_only
-    )
-    if not config.hard_negatives and data.synth_mode != "biaug":
-        raise ValueError(
-            f"--no-hard-negatives applies to a BiAug D′ (`xmr synth --mode biaug`); {config.synth} "
-            f"was built by the {data.synth_mode} mode"
-        )
-    if shortfall := ratio_shortfall(data, config.synth_ratio):
-        print(shortfall)
-    corpus = data.corpus()
-    if not corpus.entities:  # the final ODmAP tags captions in the rank-0 worker
-        require_tagger()
-    grouped = data.synth_mode == "biaug"  # batches built from whole groups
-    steps_per_epoch, epochs = _run_length(data.table, config, grouped)
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"{data.table.num_rows} training pairs give no full batch of "
-            f"{config.per_worker_batch} per worker; lower --batch-size"
-        )
-    config = replace(config, epochs=epochs)  # --steps: the epochs they need
-
-    uri = resolve_tracking_uri(tracking_uri)
-    experiment = experiment or experiment_name("train", config.dataset)
-    finished = None if callbacks else _finished_run(run_dir, uri)
+    record = RunRecord(config, tracking_uri, experiment)
+    record.check_same_config(config)
+    plan = plan_run(config)
+    finished = None if callbacks else record.finished(plan)
     if finished is not None:
-        metrics, run_id = finished
-        print(
-            f"{config.name}: trained to epoch {int(metrics.get('epoch', config.epochs))} before; "
-            f"its results are reused (remove {run_dir} to train it again)"
-        )
-        best = run_dir / "best.pt"
-        return TrainResult(
-            metrics, run_dir, run_dir / "last.pt", best if best.is_file() else None, run_id, data,
-            experiment,
-        )  # fmt: skip
-    run = _mlflow_run(
-        config, run_dir, uri, dict(tags or {}), experiment, parent_run_id, run_name or config.name
-    )
-    params = {
-        "data.pairs_original": str(data.original),
-        "data.pairs_synthetic": str(data.synthetic),
-        "data.digest": data_digest(data.table),
-        "data.dprime_digest": data.dprime_digest or "none",
-        "data.synth_mode": data.synth_mode or "none",
-        "train.total_steps": str(config.total_steps(steps_per_epoch)),
-        "train.lr_step_period": str(step_period(config.optim, steps_per_epoch)),
-        # data.synth_ratio is the ratio asked for; D′ may have had fewer pairs
-        **({"data.synth_ratio_used": f"{data.synth_ratio:.6g}"} if config.synth else {}),
-    }
-    existing = run.params()
-    missing = {key: value for key, value in params.items() if key not in existing}
-    if missing:
-        run.log_params(missing)
-
+        return finished
+    run = record.open(plan, tags or {}, parent_run_id, run_name or config.name)
     init_ray(address)
-    config = _sized_loaders(config)
+    config = _sized_loaders(plan.config)
+    trainer = _trainer(plan, config, [MlflowReporter(record, run), *(callbacks or [])])
+    with run.ending():  # FINISHED, or FAILED when training or logging raises
+        metrics = record.close(run, plan, config, trainer.fit().metrics or {})
+    return record.finish(run, plan, config, metrics)
+
+
+def _trainer(
+    plan: RunPlan, config: TrainConfig, callbacks: list[ray.train.UserCallback]
+) -> _Trainer:
+    """The ``TorchTrainer`` of ``plan`` (``config``: its config with the loaders sized):
+    ``config.workers`` workers running :func:`~xmr.train.loop.train_loop` over the loader's
+    dataset."""
     terminal = stdout_is_terminal()
     if not terminal:  # Ray Data's bars for the training split, drawn through the workers
         ray.data.DataContext.get_current().enable_progress_bars = False
@@ -346,17 +187,20 @@ def train(
     # epoch line came twice and pycocotools' swallowed prints came through.
     os.environ.setdefault(TRAIN_PRINT_PATCH, "0")
     clock = StartClock.remote()
-    dataset = training_dataset(data.table, config, corpus, clock, steps_per_epoch, grouped)
-    trainer = _Trainer(
+    corpus = plan.corpus
+    dataset = training_dataset(
+        plan.data.table, config, corpus, clock, plan.steps_per_epoch, plan.grouped
+    )
+    return _Trainer(
         train_loop,
         train_loop_config={
             "config": config.to_dict(),
-            "data_root": str(root),
-            "steps_per_epoch": steps_per_epoch,
+            "data_root": str(plan.root),
+            "steps_per_epoch": plan.steps_per_epoch,
             "corpus": {"captions": list(corpus.captions), "entities": dict(corpus.entities)},
             "progress": "bar" if terminal else "lines",
-            "best_checkpoint": str(run_dir / "best.pt"),
-            "grouped": grouped,
+            "best_checkpoint": str(config.storage / config.name / "best.pt"),
+            "grouped": plan.grouped,
             "clock": clock,
         },
         scaling_config=ray.train.ScalingConfig(
@@ -372,7 +216,7 @@ def train(
             storage_path=str(config.storage),
             failure_config=ray.train.FailureConfig(max_failures=config.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
-            callbacks=[MlflowReporter(run, run_dir), *(callbacks or [])],
+            callbacks=callbacks,
             # Ray Train's own INFO (worker groups, checkpoints, reports) in its log files only
             logging_config=ray.LoggingConfig(log_level="WARNING"),
         ),
@@ -381,31 +225,3 @@ def train(
             execution_options=ray.data.ExecutionOptions(preserve_order=True)
         ),
     )
-    with run.ending():  # FINISHED, or FAILED when training or logging raises
-        result = trainer.fit()
-        metrics = {k: float(v) for k, v in (result.metrics or {}).items() if is_finite_number(v)}
-        metrics[LR_STEP_PERIOD] = float(step_period(config.optim, steps_per_epoch))
-        last = run_dir / "last.pt"
-        best = run_dir / "best.pt"
-        run.log_metrics(
-            {f"final/{k}": v for k, v in metrics.items() if k.startswith(f"{config.test_split}/")}
-        )
-        run.set_tag("xmr.checkpoint", str(last))
-        if best.is_file():
-            run.set_tag("xmr.best_checkpoint", str(best))
-        if config.convergence is not None and BEST_EPOCH in metrics:
-            reason = stop_reason(
-                config.convergence,
-                split=config.eval_split,
-                best_epoch=int(metrics[BEST_EPOCH]),
-                stopped_epoch=int(metrics[STOPPED_EPOCH]),
-                plateaued=bool(metrics[PLATEAUED]),
-            )
-            print(f"{config.name}: {reason}")
-            run.set_tag(STOP_REASON_TAG, reason)
-        if not run.has_dataset_inputs():
-            _log_inputs(run, data, config, root)
-    record = {"config": config.to_dict(), FINAL_METRICS_KEY: metrics}
-    write_run_record(run_dir / RUN_FILE, run, RUN_ID_KEY, record)  # finished: a rerun reuses it
-    best_checkpoint = best if best.is_file() else None
-    return TrainResult(metrics, run_dir, last, best_checkpoint, run.run_id, data, experiment)
