@@ -404,3 +404,18 @@ def test_configs_and_options_load_no_command_line_library() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_user_errors_live_below_the_command_line(capsys) -> None:
+    """The executor and the cluster raise :class:`UnavailableError` without loading typer; a
+    command prints it as one line and exits 2."""
+    from xmr.errors import USER_ERRORS, UnavailableError
+    from xmr.options import user_errors
+
+    code = "import sys, xmr.errors; print('typer' in sys.modules)"
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False" and UnavailableError in USER_ERRORS
+    with pytest.raises(typer.Exit) as raised, user_errors():
+        raise UnavailableError("Ray did not start: try --num-cpus 1")
+    assert raised.value.exit_code == 2
+    assert capsys.readouterr().err == "error: Ray did not start: try --num-cpus 1\n"

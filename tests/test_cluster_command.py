@@ -36,7 +36,7 @@ from xmr.cluster import (
     processes_naming,
     stop_cluster,
 )
-from xmr.options import UnavailableError
+from xmr.errors import UnavailableError
 
 # What the cluster sets itself; a value from the shell running the tests must not leak in.
 CLUSTER_VARIABLES = (
@@ -305,7 +305,7 @@ def test_a_failed_local_ray_start_is_one_line(tmp_path: Path) -> None:
     long_dir.mkdir()
     script = textwrap.dedent("""
         from xmr.pipeline.ray_executor import init_ray
-        from xmr.options import UnavailableError
+        from xmr.errors import UnavailableError
         try:
             init_ray(num_cpus=1)
         except UnavailableError as exc:

@@ -18,6 +18,7 @@ PACKAGE = REPO / "xmr"
 
 LAYERS = (
     "xmr",  # xmr/__init__.py: the version
+    "errors",  # xmr/errors.py: the errors a user meets as one line (bad input, an unready machine)
     "pretrained",
     "stops",  # xmr/stops.py: SIGINT and SIGTERM as one stop, what runs first, the exit code
     "storage",  # xmr/storage.py: local paths and object-store URIs (pyarrow filesystems)

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import psutil
 
+from xmr.errors import UnavailableError
 from xmr.job_env import forwarded_env
-from xmr.options import UnavailableError
 
 RAY = str(Path(sys.executable).with_name("ray"))
 """The ``ray`` command of this interpreter's environment (the venv need not be on PATH)."""

@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from xmr.errors import USER_ERRORS
 from xmr.fields import (
     GROUP,
     OPTION,
@@ -69,27 +70,9 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-class UnavailableError(RuntimeError):
-    """Something xmr needs could not be started or reached (a local Ray on a busy machine, a
-    cluster's node): the reason and what to try, in one line."""
-
-
-USER_ERRORS = (
-    ValueError,
-    FileNotFoundError,
-    NotADirectoryError,
-    IsADirectoryError,
-    LookupError,
-    ImportError,
-    UnavailableError,
-)
-"""What bad input and an unready machine raise (``DataError`` is a ``ValueError``): one line,
-not a traceback."""
-
-
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn :data:`USER_ERRORS` raised in the block into ``error: ...`` and exit code 2."""
+    """Turn :data:`~xmr.errors.USER_ERRORS` raised in the block into ``error: ...``, exit 2."""
     try:
         yield
     except USER_ERRORS as exc:

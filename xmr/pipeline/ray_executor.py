@@ -16,9 +16,9 @@ import ray._private.ray_constants
 import ray.data
 from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
+from xmr.errors import UnavailableError
 from xmr.job_env import forwarded_env
 from xmr.logs import MessageFilter, quiet_console
-from xmr.options import UnavailableError
 from xmr.pipeline.stage import Batch, Stage, in_row_order, numbered_batches
 from xmr.progress import console_progress
 from xmr.stops import take_back_sigterm
