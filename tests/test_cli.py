@@ -31,7 +31,7 @@ from xmr.fields import ClusterOptions, flag, option_fields
 from xmr.llm import LLMSpec
 from xmr.models import ModelSpec
 from xmr.synth.command import SynthFile
-from xmr.synth.config import SynthFlags, SynthRuntime
+from xmr.synth.config import BiAugSynthChoice, RemovalSynthChoice, SynthFlags, SynthRuntime
 from xmr.train.config import TrainConfig, resolve_config
 from xmr.train.data import ratio_shortfall, training_data
 from xmr.train.options import DataChoice, ModelChoice, SeedOptions, TrainChoice, TrainOptions
@@ -359,31 +359,67 @@ def _shown(command: click.Command, group: type) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize(
-    ("job", "groups"),
+    ("job", "groups", "synth_groups"),
     [
-        ("odmap", (TrainChoice,)),
-        ("biaug", (TrainChoice,)),
-        ("gender", (ModelChoice, DataChoice)),
-        ("eiclip", (DataChoice,)),
+        ("odmap", (TrainChoice,), (RemovalSynthChoice,)),
+        ("biaug", (TrainChoice,), (LLMSpec, BiAugSynthChoice)),
+        ("gender", (ModelChoice, DataChoice), ()),
+        ("eiclip", (DataChoice,), ()),
     ],
 )
-def test_a_job_s_shared_flags_read_as_the_command_s(job: str, groups: tuple[type, ...]) -> None:
-    """A job's model, data and training flags are ``xmr train``'s, and the BiAug job's LLM
-    flags are ``xmr synth``'s, to the help text: both come from the one group, so they cannot
-    drift."""
+def test_a_job_s_shared_flags_read_as_the_command_s(
+    job: str, groups: tuple[type, ...], synth_groups: tuple[type, ...]
+) -> None:
+    """A job's model, data and training flags are ``xmr train``'s, and the build flags it
+    passes on (the BiAug job's LLM flags, the D′ builds' limit, models and actors) are
+    ``xmr synth``'s, to the help text: both come from the one declaration, so they cannot
+    drift. A job flag named as a command flag is one of these, or one the job documents as its
+    own (its default differs)."""
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     submitted = _job_command(job)
     for group in groups:
         shared = _shown(submitted, group)
         assert set(shared) == {flag(item) for item in option_fields(group)}
         assert shared == _shown(commands["train"], group)
+    for group in synth_groups:
+        shared = _shown(submitted, group)
+        assert set(shared) == {flag(item) for item in option_fields(group)}
+        assert shared == _shown(commands["synth"], group)
     if job == "biaug":
         llm = _shown(submitted, LLMSpec)
-        assert set(llm) == {flag(item) for item in option_fields(LLMSpec)}  # all 15
         assert {"--llm-retries", "--llm-backoff", "--llm-seed", "--llm-max-response-bytes"} <= set(
             llm
         )
-        assert llm == _shown(commands["synth"], LLMSpec)
+    covered = {name for group in (*groups, *synth_groups) for name in _group_flags(group)}
+    for command in ("train", "synth"):
+        same_name = _long_flags(submitted) & _long_flags(commands[command])
+        same_name -= covered | COMMON_FLAGS
+        assert same_name <= JOB_OWN_FLAGS[job], (command, same_name - JOB_OWN_FLAGS[job])
+
+
+COMMON_FLAGS = {"--help", "--seed", "--dataset", "--data", "--address", "--tracking-uri",
+                "--storage", "--name", "--workers", "--gpus-per-worker", "--cpus-per-worker",
+                "--synth-ratio", "--patience", "--max-epochs"}  # fmt: skip
+"""Flags every job and command share by meaning, not by a declaration (a job's seed seeds
+every step; its storage holds the job; ConvergenceChoice's patience and cap apply with
+--converged and go to each run's --epochs auto)."""
+
+JOB_OWN_FLAGS = {
+    "odmap": {"--fill"},  # the removal fill alone (xmr synth's --fill names both modes' fills)
+    "biaug": {"--captions-per-image", "--fill", "--boxes", "--max-error-rate"},
+    "gender": {"--epochs"},  # each α trial's, default the sweep space's
+    "eiclip": {"--arch", "--pretrained", "--epochs", "--batch-size", "--lr"},  # both models',
+    # default EI-CLIP's (the CLIP baseline trains with EI-CLIP's recipe)
+}
+"""Job flags named as a command's whose default is the job's own (documented in its help)."""
+
+
+def _group_flags(group: type) -> set[str]:
+    return {flag(item) for item in option_fields(group)}
+
+
+def _long_flags(command: click.Command) -> set[str]:
+    return {name for p in command.params for name in p.opts if name.startswith("--")}
 
 
 def test_configs_and_options_load_no_command_line_library() -> None:

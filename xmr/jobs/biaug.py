@@ -37,7 +37,7 @@ reads those from the training runs rather than scoring the same checkpoints a se
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
@@ -65,7 +65,7 @@ from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.llm import LLMSpec
 from xmr.llm.spec import ORACLE
 from xmr.storage import StoragePath
-from xmr.synth.config import load_configs
+from xmr.synth.config import BiAugSynthChoice, load_configs
 from xmr.toyworld.config import world_config_option
 from xmr.toyworld.scene.binding import ITEMS_FILE as BINDING_ITEMS
 from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
@@ -95,7 +95,11 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
     ``--pretrained toy``: both finetune the toy CLIP),
     :class:`~xmr.train.options.ConvergenceChoice` (``--converged``: both until they level off),
     BiAug's components, the LLM (:class:`~xmr.llm.LLMSpec`'s flags, ``--llm`` defaulting to
-    ``oracle`` on ToyWorld and required elsewhere), budget, benchmarks, scale."""
+    ``oracle`` on ToyWorld and required elsewhere), budget, benchmarks, scale, and the build's
+    flags that are ``xmr synth``'s (:data:`~xmr.synth.config.BiAugSynthChoice`). Its own
+    build flags have defaults of the job's: ``--captions-per-image 2``, ``--max-error-rate
+    0.5`` (BiAug's filters drop rows by design), and on ToyWorld ``--fill render`` and
+    ``--boxes gt``."""
 
     world_config: str | None = option(
         None,
@@ -104,7 +108,6 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
     )
     synth_ratio: float = option(0.5, "r: BiAug-D′ pairs trained on per pair of D.", gt=0)
     captions_per_image: str = option("2", "Captions of each image BiAug edits: N or 'all'.")
-    limit: int | None = option(None, "BiAug-D′ from the first N train images only.", ge=1)
     fill: str | None = option(
         None, "How objects are repainted: sd | render (default: render on ToyWorld, else sd)."
     )
@@ -112,12 +115,6 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
         None,
         "Where objects are: gt (annotations) | groundingdino (default: gt on ToyWorld, else "
         "groundingdino).",
-    )
-    detector_model: str | None = option(
-        None, "GroundingDINO repo id or local folder (default: xmr synth's)."
-    )
-    sd_model: str | None = option(
-        None, "Stable Diffusion inpainting repo id or local folder (default: xmr synth's)."
     )
     max_error_rate: float = option(
         0.5,
@@ -145,16 +142,11 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
     workers: int = option(1, "Data-parallel workers of each training run.", ge=1)
     gpus_per_worker: float = option(0.0, "GPUs per training worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per training worker.", ge=1)
-    detect_actors: int | None = option(None, "Detection actors (default: from the cluster).", ge=1)
-    fill_actors: int | None = option(None, "Inpainting actors (default: from the cluster).", ge=1)
-    llm_actors: int | None = option(
-        None, "Actors of each LLM stage (vllm: engine replicas; default: from the cluster).", ge=1
-    )
-    gpus_per_actor: float = option(1.0, "GPUs per actor of a GPU stage (sd).", gt=0, le=8)
     eval_actors: int | None = option(
         None, "Encoder actors of each benchmark evaluation (default: one per GPU or core).", ge=1
     )
     llm: LLMSpec = group(LLMSpec)
+    synth: BiAugSynthChoice = group(BiAugSynthChoice)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -172,6 +164,7 @@ class BiAugJobOptions(ConvergenceChoice, TrainChoice):
         if self.world_config is not None and self.data is not None:
             raise ValueError("--world-config makes the world; it cannot go with --data")
         check_data_root(self.dataset, self.data)
+        object.__setattr__(self, "synth", BiAugSynthChoice(**given_group(self, "synth")))
         llm = given_group(self, "llm")
         if "backend" not in llm and not toyworld:
             raise ValueError(
@@ -266,15 +259,12 @@ def biaug_steps(
         steps.append(world_step(data, seed=options.seed, config=_world_config(options)))
     dprime = folder / "dprime"
     synth, runtime = load_configs(None, {
+        **asdict(options.synth),
         "mode": "biaug", "dataset": options.dataset, "data": data, "split": "train",
-        "out": dprime, "limit": options.limit, "seed": options.seed,
-        "captions_per_image": options.captions_per_image,
+        "out": dprime, "seed": options.seed, "captions_per_image": options.captions_per_image,
         "fill": options.fill or ("render" if toyworld else None),
         "boxes": options.boxes or ("gt" if toyworld else None),
-        "detector_model": options.detector_model, "sd_model": options.sd_model,
-        "max_error_rate": options.max_error_rate, "detect_actors": options.detect_actors,
-        "fill_actors": options.fill_actors, "llm_actors": options.llm_actors,
-        "gpus_per_actor": options.gpus_per_actor,
+        "max_error_rate": options.max_error_rate,
     })  # fmt: skip
     summary = "build BiAug-D′: objects, attribute edits, hard negatives (§3)"
     steps.append(synth_step("synth", summary, synth, runtime, options.llm))

@@ -28,20 +28,20 @@ Steps, in the job's folder:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 
 from rich.table import Table
 
 from xmr.data.registry import check_data_root
-from xmr.fields import option
+from xmr.fields import given_group, group, option
 from xmr.jobs.commands import GLOBAL_STEP, synth_step, train_step, world_step
 from xmr.jobs.comparison import comparison_table, condition_metrics, record_comparison
 from xmr.jobs.options import JobOptions, job_params
 from xmr.jobs.steps import Job, Step, StepContext, StepOutcome
 from xmr.removal.fill import FILL_METHODS
 from xmr.storage import StoragePath
-from xmr.synth.config import load_configs
+from xmr.synth.config import RemovalSynthChoice, load_configs
 from xmr.train.convergence import AUTO, BEST_EPOCH, STOPPED_EPOCH
 from xmr.train.options import ConvergenceChoice, TrainChoice, TrainOptions
 
@@ -67,7 +67,8 @@ class ODmAPJobOptions(ConvergenceChoice, TrainChoice):
     """The experiment's options: :class:`~xmr.train.options.TrainChoice` (``--epochs``: the
     D ∪ D′ run's; D trains as many optimiser steps; ``--pretrained toy``: both finetune the toy
     CLIP), :class:`~xmr.train.options.ConvergenceChoice` (``--converged``: both until they level
-    off), budget and how large each stage runs."""
+    off), budget, how large each stage runs, and the build's flags that are ``xmr synth``'s
+    (:data:`~xmr.synth.config.RemovalSynthChoice`)."""
 
     equal_epochs: bool = option(
         False,
@@ -80,13 +81,11 @@ class ODmAPJobOptions(ConvergenceChoice, TrainChoice):
     fill: str | None = option(
         None, f"How D′ fills removed regions: {' | '.join(FILL_METHODS)} (default telea)."
     )
-    limit: int | None = option(None, "D′ from the first N train images only.", ge=1)
     seed: int = option(0, "Seed of the world, D′ and both training runs.", ge=0)
     workers: int = option(1, "Data-parallel workers of each training run.", ge=1)
     gpus_per_worker: float = option(0.0, "GPUs per training worker (0: CPU).", ge=0)
     cpus_per_worker: int = option(1, "CPU cores per training worker.", ge=1)
-    fill_actors: int | None = option(None, "D′ fill actors (default: from the cluster).", ge=1)
-    gpus_per_actor: float = option(1.0, "GPUs per actor of a GPU fill (sd).", gt=0, le=8)
+    synth: RemovalSynthChoice = group(RemovalSynthChoice)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -99,6 +98,7 @@ class ODmAPJobOptions(ConvergenceChoice, TrainChoice):
             raise ValueError(f"--data is required for --dataset {self.dataset}")
         check_data_root(self.dataset, self.data)
         self.check_budget({"--epochs": self.epochs, "--equal-epochs": self.equal_epochs})
+        object.__setattr__(self, "synth", RemovalSynthChoice(**given_group(self, "synth")))
 
 
 def odmap_job(options: ODmAPJobOptions, job: JobOptions) -> Job:
@@ -125,9 +125,8 @@ def odmap_steps(
         steps.append(world_step(data, seed=options.seed))
     dprime = folder / "dprime"
     synth, runtime = load_configs(None, {
-        "dataset": options.dataset, "data": data, "split": "train", "out": dprime,
-        "fill": options.fill, "limit": options.limit, "seed": options.seed,
-        "fill_actors": options.fill_actors, "gpus_per_actor": options.gpus_per_actor,
+        **asdict(options.synth), "dataset": options.dataset, "data": data, "split": "train",
+        "out": dprime, "fill": options.fill, "seed": options.seed,
     })  # fmt: skip
     steps.append(
         synth_step("synth", "build D′: remove co-occurring objects (odmap §3)", synth, runtime)

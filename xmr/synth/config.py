@@ -289,6 +289,46 @@ class SynthRuntime:
         resolve_paths(self)
 
 
+def synth_choice(name: str, names: tuple[str, ...], doc: str) -> type:
+    """A dataclass named ``name`` of the ``xmr synth`` options ``names`` (of
+    :data:`SynthFlags` and :class:`SynthRuntime`), with the command's declarations: flags,
+    defaults, help and bounds. A job that builds D′ holds it as one option group
+    (:func:`~xmr.fields.group`), so its flags read as the command's and cannot drift; the
+    values are checked where the build's configs are made (:func:`load_configs`)."""
+    declared = {f.name: (cls, f) for cls in (SynthFlags, SynthRuntime) for f in fields(cls)}
+    unknown = [n for n in names if n not in declared]
+    if unknown:
+        raise TypeError(f"{name}: xmr synth has no option {unknown}")
+    specs = []
+    for option_name in names:
+        cls, item = declared[option_name]
+        spec = field(default=item.default, metadata=item.metadata)
+        specs.append((option_name, typing.get_type_hints(cls)[option_name], spec))
+    return make_dataclass(
+        name, specs, frozen=True, namespace={"__module__": __name__, "__doc__": doc}
+    )
+
+
+BiAugSynthChoice: type = synth_choice(
+    "BiAugSynthChoice",
+    (
+        "limit",
+        "detector_model",
+        "sd_model",
+        "detect_actors",
+        "fill_actors",
+        "llm_actors",
+        "gpus_per_actor",
+    ),
+    "The ``xmr synth`` flags the BiAug job passes on to its build of BiAug-D′ unchanged.",
+)
+RemovalSynthChoice: type = synth_choice(
+    "RemovalSynthChoice",
+    ("limit", "fill_actors", "gpus_per_actor"),
+    "The ``xmr synth`` flags the ODmAP job passes on to its build of D′ unchanged.",
+)
+
+
 def _coerce(name: str, value: Any) -> Any:
     if name == "captions_per_image" and isinstance(value, str):
         return parse_captions_per_image(value)
