@@ -37,7 +37,7 @@ reads those from the training runs rather than scoring the same checkpoints a se
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -249,7 +249,6 @@ def biaug_steps(
 ) -> tuple[list[Step], list[str]]:
     """The experiment's steps with outputs under ``folder`` (``tags`` go on the training runs),
     and the metrics the comparison shows, in order."""
-    from xmr.train.config import resolve_config
 
     steps: list[Step] = []
     data = options.data
@@ -270,10 +269,7 @@ def biaug_steps(
     steps.append(synth_step("synth", summary, synth, runtime, options.llm))
 
     model = {"arch": options.arch, "pretrained": options.pretrained}
-    resolved = resolve_config(
-        options.model, **model, epochs=options.epochs, dataset=options.dataset
-    )
-    epochs, ratio = resolved.epochs, options.synth_ratio
+    ratio = options.synth_ratio
     train = {
         **model, "batch_size": options.batch_size, "dataset": options.dataset, "data": data,
         "seed": options.seed, "workers": options.workers,
@@ -281,14 +277,17 @@ def biaug_steps(
         "storage": folder / "runs",
     }  # fmt: skip
     treated, control = (f"train-{CONDITIONS[c]}" for c in ("D ∪ BiAug-D′", "D"))
-    budget = options.budget() or {"epochs": epochs}
+    budget = options.budget() or {"epochs": options.epochs}  # None: the family's
+    values = {**train, **budget, "synth": dprime, "synth_ratio": ratio}
+    step = train_step(treated, "", TrainOptions(model=options.model, **values), tags)
+    resolved = step.config  # E: the treated run's epochs, resolved once, there
+    epochs = resolved.epochs
     length = "until its val RSUM levels off" if options.converged else f"E = {epochs} epochs"
     summary = (
         f"train {options.model} on D ∪ BiAug-D′ (r = {ratio:g}, hard negatives), {length}, "
         "then test it"
     )
-    values = {**train, **budget, "synth": dprime, "synth_ratio": ratio}
-    steps.append(train_step(treated, summary, TrainOptions(model=options.model, **values), tags))
+    steps.append(replace(step, summary=summary))
     if options.hard_negative_ablation:
         same = length if options.converged else f"as many steps as {treated}"
         summary = f"the same, its pairs shuffled freely (no hard negatives), {same}, then test it"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -131,7 +131,7 @@ def train_step(
     tags: Mapping[str, str],
     *,
     steps_of: str | None = None,
-) -> Step:
+) -> TrainStep:
     """Train (``xmr train``) as ``options`` say; the run is named ``name`` and its folder
     is ``<storage>/<name>``. The options are resolved once, now (a bad value fails before any
     step runs). The outcome's metrics are the run's final test-split metrics (the
@@ -181,7 +181,16 @@ def train_step(
     command = command_line("xmr train", changed_options(options))
     if steps_of:
         command += f" --steps <{steps_of}'s steps>"
-    return Step(name, summary, command, run)
+    return TrainStep(name, summary, command, run, planned)
+
+
+@dataclass(frozen=True)
+class TrainStep(Step):
+    """A training step with the config it resolved once, when it was planned (``--steps`` of a
+    matched control is set when it runs): what the job reads of it (its epochs, its test
+    split) without resolving the options again."""
+
+    config: TrainConfig
 
 
 GLOBAL_STEP = "train/global_step"
