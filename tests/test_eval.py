@@ -14,15 +14,18 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from xmr.cli import app
+from xmr.compare.bootstrap import mean_intervals
 from xmr.compare.paired import paired_comparison
 from xmr.compare.per_query import logged_per_query
 from xmr.data import read_dataset
 from xmr.eval.config import eval_config
 from xmr.eval.encode import local_encoder
 from xmr.eval.encoders import EncodeQueries
+from xmr.eval.report import metrics_table
 from xmr.eval.score import evaluate
 from xmr.models import ModelSpec, check_spec, create_model, save_checkpoint
 from xmr.pipeline import Resources, run_local
@@ -186,6 +189,35 @@ def test_bias_of_a_linked_class_is_the_mean_over_the_queries_that_mention_it(tin
         evaluate(replace(config, bias_classes=("unicorn",)), local_encoder(model), model=model)
 
 
+def test_medr_comes_with_recall_both_ways_with_its_interval_and_row(tiny_world) -> None:
+    """``{split}/medr_{i2t,t2i}``: each query's rank of its first positive, whose median is
+    MedR; a rank <= K is a Recall@K hit; its interval is of medians, its row in ranks."""
+    model = create_model("clip", "xmr-tiny", seed=0)  # in this process: no Ray
+    config = eval_config(data=tiny_world, metrics="recall", bootstrap=200)
+    result = evaluate(config, local_encoder(model), model=model)
+    for direction in ("i2t", "t2i"):
+        name = f"test/medr_{direction}"
+        values = result.per_query[direction].values
+        ranks = values[name]
+        gallery = 200 if direction == "i2t" else 40
+        assert ranks.min() >= 1 and ranks.max() <= gallery and (ranks == ranks.round()).all()
+        assert result.metrics[name] == np.median(ranks)
+        for k in config.ks:
+            hits = values[f"test/recall_{direction}_at_{k}"]
+            np.testing.assert_array_equal(hits, ranks <= k)
+        interval = result.intervals[name]  # of the resamples' medians, drawn with the recalls
+        assert interval == mean_intervals({name: ranks}, resamples=200, seed=config.seed)[name]
+        assert interval.low <= interval.value <= interval.high
+    assert result.metrics["test/medr_i2t"] > 1  # a random model: worse than perfect
+    console = Console(record=True, width=160)
+    console.print(metrics_table(result, config.ks))
+    text = console.export_text()
+    interval = result.intervals["test/medr_t2i"]
+    cell = f"{result.metrics['test/medr_t2i']:.1f} [{interval.low:.1f}, {interval.high:.1f}]"
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if "│" in line}
+    assert "MedR i2t ↓" in rows and cell in rows["MedR t2i ↓"], text
+
+
 @pytest.mark.slow
 def test_checkpoint_of_the_same_weights_gives_the_same_metrics(
     tiny_world, tmp_path, local_ray
@@ -231,7 +263,7 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
     natural = {m for m in frame.index if m.startswith("test/natural/")}  # the test split's images
     assert set(frame.index) - natural == per_class | overall | {
         f"test/{m}_at_{k}" for m in ("recall_i2t", "recall_t2i") for k in (1, 5, 10)
-    }
+    } | {"test/medr_i2t", "test/medr_t2i"}
     every = {m.replace("test/", "test/natural/", 1) for m in per_class | overall}
     assert {f"test/natural/{m}_at_10" for m in bias} <= natural <= every
     for metric, row in frame.iterrows():
@@ -240,6 +272,9 @@ def test_compare_pairs_two_evaluations_and_refuses_another_test_set(
         assert row["difference"] == pytest.approx(row["second"] - row["first"])
         assert row["ci_low"] <= row["difference"] <= row["ci_high"]
         assert row["significant"] == (not row["ci_low"] <= 0 <= row["ci_high"])
+    medr = frame.loc["test/medr_t2i"]  # the difference of the two runs' medians
+    assert medr["first"] == runs["seed0"].data.metrics["test/medr_t2i"] == int(medr["first"])
+    assert "medr_t2i" in shown.output
     only = paired_comparison("seed0", "seed1", ["test/bias_at_10"], tracking_uri=uri)
     assert list(only.frame["metric"]) == ["test/bias_at_10"]
     # a male share is compared with the gendered share that weighs it

@@ -392,7 +392,11 @@ def test_an_eval_step_scores_a_split_and_logs_its_run_under_the_job(
     job = Job("evalstep", "e", tmp_path / "job", {}, [step])
     result = run_job(job, tracking_uri=uri, console=Console(quiet=True))
     metrics = result.outcomes["eval-test"].metrics
-    assert set(metrics) == {f"test/recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}
+    assert set(metrics) == {
+        *(f"test/recall_{d}_at_{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)),
+        "test/medr_i2t",
+        "test/medr_t2i",
+    }
     assert json.loads(output.read_text())["metrics"] == metrics
     (child,) = _children(uri, "xmr/jobs/evalstep", result.run_id).values()
     assert child.info.run_name == "eval-test" and child.data.tags["xmr.command"] == "eval"

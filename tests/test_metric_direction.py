@@ -32,6 +32,8 @@ NONE = Direction.NONE
         ("best/test/recall_t2i_at_10", HIGHER),
         ("train/loss", LOWER),
         ("train/loss_itc", LOWER),
+        ("test/medr_i2t", LOWER),  # MedR: a rank, 1 is best
+        ("final/test/medr_t2i", LOWER),
         ("final/test/bias_at_5", TOWARD_ZERO),
         ("test/bias_at_10", TOWARD_ZERO),
         ("test/bias_at_10_cup", TOWARD_ZERO),  # over the queries that mention a class

@@ -1,12 +1,18 @@
-"""Bootstrap confidence intervals of per-query means, and of paired differences between runs.
+"""Bootstrap confidence intervals of per-query means (and medians), and of paired differences
+between runs.
 
-Every metric in :mod:`xmr.metrics` is a mean over queries of a per-query value (a Recall@K hit,
-an ODmAP query's AP@k, a caption's Bias@K Δ_K). Its uncertainty from the finite query set is
-estimated by the percentile bootstrap (Efron & Tibshirani 1993, ch. 13): draw ``resamples``
-query sets of the same size with replacement, take each metric's mean over each, and report
-the ``(1 − confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of those means. The metrics
-of one query set are resampled together (one draw of queries serves them all), so their
-intervals describe the same hypothetical test sets.
+Nearly every metric in :mod:`xmr.metrics` is a mean over queries of a per-query value (a
+Recall@K hit, an ODmAP query's AP@k, a caption's Bias@K Δ_K). Its uncertainty from the finite
+query set is estimated by the percentile bootstrap (Efron & Tibshirani 1993, ch. 13): draw
+``resamples`` query sets of the same size with replacement, take each metric's mean over each,
+and report the ``(1 − confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of those means.
+The metrics of one query set are resampled together (one draw of queries serves them all), so
+their intervals describe the same hypothetical test sets.
+
+A metric that declares itself a median (:func:`xmr.metrics.direction.metric_aggregation`:
+MedR, the median rank) takes the median of each resample instead, over the same drawn queries;
+its paired difference is the difference of the two runs' medians over each draw (not the
+median of the differences, which is another statistic).
 
 A metric averaged over groups of queries (a benchmark's macro accuracy: the mean over
 relations of each relation's accuracy) is resampled *within* each group (stratified bootstrap,
@@ -39,9 +45,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
+from xmr.metrics.direction import Aggregation, metric_aggregation
 from xmr.metrics.weighting import weight_metric, weighted_mean
 
 RESAMPLES = 1000
@@ -58,7 +66,7 @@ _CHUNK_VALUES = 4_000_000  # resample weights held at once: resamples × queries
 
 @dataclass(frozen=True)
 class Interval:
-    """A metric's value (the mean over all queries) and its bootstrap interval."""
+    """A metric's value (its mean, or median, over all queries) and its bootstrap interval."""
 
     value: float
     low: float
@@ -111,11 +119,37 @@ def bootstrap_stratified_means(
     Returns:
         float64 ``[resamples]`` or ``[resamples, M]``: each resample's mean of each column.
     """
+    return bootstrap_statistics(values, strata, resamples, seed)
+
+
+def bootstrap_statistics(
+    values: np.ndarray,
+    strata: Sequence[Hashable] | np.ndarray | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    *,
+    medians: Sequence[bool] | np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`bootstrap_stratified_means`, with the median instead of the mean of the columns
+    that ``medians`` marks, over the same drawn rows (the same draws, whatever ``medians``).
+
+    Args:
+        values, strata, resamples, seed: as :func:`bootstrap_stratified_means`.
+        medians: bool ``[M]`` (``[1]`` for ``[Q]`` values): the columns whose median each
+            resample takes; None: none, every column's mean.
+
+    Returns:
+        float64 ``[resamples]`` or ``[resamples, M]``: each resample's mean or median of each
+        column.
+    """
     data = np.asarray(values, dtype=np.float64)
     queries = len(data)
     if queries == 0:
         raise ValueError("no queries to resample")
     flat = data.reshape(queries, -1)
+    median = np.zeros(flat.shape[1], bool) if medians is None else np.asarray(medians, bool)
+    if median.shape != (flat.shape[1],):
+        raise ValueError(f"{median.size} median flags for {flat.shape[1]} columns")
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
     if strata is None:
@@ -130,31 +164,44 @@ def bootstrap_stratified_means(
         low = np.searchsorted(labels, labels, side="left")  # row -> its stratum's first row
         high = np.searchsorted(labels, labels, side="right")  # and one past its last
     rng = np.random.default_rng(seed)
-    means = np.empty((resamples, flat.shape[1]))
+    statistics = np.empty((resamples, flat.shape[1]))
+    averaged = np.flatnonzero(~median)
     chunk = max(1, _CHUNK_VALUES // queries)
     for start in range(0, resamples, chunk):
         n = min(chunk, resamples - start)
         # row i of each resample is drawn from row i's stratum: [n, Q]
         drawn = rng.integers(low, high, size=(n, queries))
-        # how often each query was drawn in each resample: [n, Q]
-        offsets = (np.arange(n)[:, None] * queries + drawn).ravel()
-        counts = np.bincount(offsets, minlength=n * queries).reshape(n, queries)
-        means[start : start + n] = counts @ flat / queries
-    return means.reshape((resamples, *data.shape[1:]))
+        if len(averaged):
+            # how often each query was drawn in each resample: [n, Q]
+            offsets = (np.arange(n)[:, None] * queries + drawn).ravel()
+            counts = np.bincount(offsets, minlength=n * queries).reshape(n, queries)
+            columns = flat if len(averaged) == flat.shape[1] else flat[:, averaged]
+            statistics[start : start + n, averaged] = counts @ columns / queries
+        for column in np.flatnonzero(median):
+            statistics[start : start + n, column] = np.median(flat[drawn, column], axis=1)
+    return statistics.reshape((resamples, *data.shape[1:]))
 
 
 def metric_values(values: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Each metric's value from its per-query values: the mean over queries, or for a weighted
-    metric (:func:`xmr.metrics.weighting.weight_metric`: Bias@K's ``male_share_at_K``) the
-    weighted mean by its weighing metric's values in ``values`` (NaN when they are all 0)."""
+    """Each metric's value from its per-query values: the mean over queries, the median for a
+    median (:func:`xmr.metrics.direction.metric_aggregation`: MedR), or for a weighted metric
+    (:func:`xmr.metrics.weighting.weight_metric`: Bias@K's ``male_share_at_K``) the weighted
+    mean by its weighing metric's values in ``values`` (NaN when they are all 0)."""
     return {name: _value(values, name) for name in values}
 
 
 def _value(values: Mapping[str, np.ndarray], name: str) -> float:
     """Metric ``name``'s value from ``values`` (:func:`metric_values`)."""
     column = np.asarray(values[name], dtype=np.float64).ravel()
+    if _is_median(name):
+        return float(np.median(column))
     weight = _weight_of(values, name)
     return float(column.mean()) if weight is None else weighted_mean(column, weight)
+
+
+def _is_median(name: str) -> bool:
+    """Whether metric ``name`` is a median of its per-query values, not a mean."""
+    return metric_aggregation(name) is Aggregation.MEDIAN
 
 
 def mean_intervals(
@@ -165,11 +212,13 @@ def mean_intervals(
     confidence: float = CONFIDENCE,
     seed: int = SEED,
 ) -> dict[str, Interval]:
-    """Each metric's mean over queries with its percentile bootstrap interval.
+    """Each metric's mean over queries (its median, for a median such as MedR) with its
+    percentile bootstrap interval.
 
     Args:
         values: metric name -> ``[Q]`` per-query values, the same ``Q`` queries for all (one
-            draw of queries resamples them all). A weighted metric
+            draw of queries resamples them all). A median's resamples are medians. A weighted
+            metric
             (:func:`~xmr.metrics.weighting.weight_metric`) needs its weighing metric here too;
             its value and each resample's are weighted means (a ratio of the resampled sums).
         strata: ``[Q]`` each query's stratum, resampled within it
@@ -181,7 +230,9 @@ def mean_intervals(
     Returns:
         metric name -> :class:`Interval`, in the order of ``values``.
     """
-    terms = {name: [(1.0, *_ratio_parts(values, name))] for name in values}
+    terms = {
+        name: [_Term(1.0, *_ratio_parts(values, name), median=_is_median(name))] for name in values
+    }
     points = metric_values(values)
     return _intervals(terms, points, strata, resamples, confidence, seed)
 
@@ -205,10 +256,10 @@ def paired_intervals(
 
     Returns:
         metric name -> :class:`Interval` of the mean difference (positive: ``second`` higher);
-        of a weighted metric, the difference of the two weighted means, each resample's drawn
-        from the same queries for both.
+        of a weighted metric, the difference of the two weighted means, of a median (MedR) the
+        difference of the two medians, each resample's drawn from the same queries for both.
     """
-    terms: dict[str, list[tuple[float, np.ndarray, np.ndarray | None]]] = {}
+    terms: dict[str, list[_Term]] = {}
     points: dict[str, float] = {}
     for name in [name for name in first if name in second]:
         a = np.asarray(first[name], dtype=np.float64).ravel()
@@ -218,13 +269,28 @@ def paired_intervals(
                 f"{name}: {len(a)} and {len(b)} per-query values; a paired comparison needs "
                 "the same queries"
             )
-        if weight_metric(name) is None:  # a mean of differences
-            terms[name] = [(1.0, b - a, None)]
+        if _is_median(name):  # a difference of medians
+            terms[name] = [_Term(-1.0, a, median=True), _Term(1.0, b, median=True)]
+            points[name] = _value(second, name) - _value(first, name)
+        elif weight_metric(name) is None:  # a mean of differences
+            terms[name] = [_Term(1.0, b - a)]
             points[name] = float((b - a).mean())
         else:
-            terms[name] = [(-1.0, *_ratio_parts(first, name)), (1.0, *_ratio_parts(second, name))]
+            terms[name] = [_Term(-1.0, *_ratio_parts(first, name)),
+                           _Term(1.0, *_ratio_parts(second, name))]  # fmt: skip
             points[name] = _value(second, name) - _value(first, name)
     return _intervals(terms, points, strata, resamples, confidence, seed)
+
+
+class _Term(NamedTuple):
+    """One term of a metric's resampled estimate: ``sign · statistic(numerator) /
+    mean(denominator)``, the statistic a mean, or a median when ``median``; ``[Q]`` columns
+    (no denominator: 1)."""
+
+    sign: float
+    numerator: np.ndarray
+    denominator: np.ndarray | None = None
+    median: bool = False
 
 
 def _weight_of(values: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
@@ -253,7 +319,7 @@ def _ratio_parts(
 
 
 def _intervals(
-    terms: Mapping[str, list[tuple[float, np.ndarray, np.ndarray | None]]],
+    terms: Mapping[str, list[_Term]],
     points: Mapping[str, float],
     strata: Sequence[Hashable] | None,
     resamples: int,
@@ -261,7 +327,7 @@ def _intervals(
     seed: int,
 ) -> dict[str, Interval]:
     """Each metric's :class:`Interval`: ``points[name]`` and the percentile interval of
-    ``Σ sign · mean(numerator) / mean(denominator)`` over its ``terms`` (no denominator: 1),
+    ``Σ sign · statistic(numerator) / mean(denominator)`` over its ``terms`` (:class:`_Term`),
     all columns resampled by one draw of queries. A resample whose denominator is 0 is left
     out of the quantiles."""
     if not 0.0 < confidence < 1.0:
@@ -269,25 +335,32 @@ def _intervals(
     if not terms:
         return {}
     columns: list[np.ndarray] = []
+    medians: list[bool] = []
     for parts in terms.values():
-        for _, numerator, denominator in parts:
-            columns += [numerator] if denominator is None else [numerator, denominator]
+        for term in parts:
+            columns.append(term.numerator)
+            medians.append(term.median)
+            if term.denominator is not None:
+                columns.append(term.denominator)
+                medians.append(False)
     sizes = {len(column) for column in columns}
     if len(sizes) > 1:
-        counts = {name: len(parts[0][1]) for name, parts in terms.items()}
+        counts = {name: len(parts[0].numerator) for name, parts in terms.items()}
         raise ValueError(f"metrics of one query set need as many values each, got {counts}")
-    means = bootstrap_stratified_means(np.stack(columns, axis=1), strata, resamples, seed)
+    statistics = bootstrap_statistics(
+        np.stack(columns, axis=1), strata, resamples, seed, medians=medians
+    )
     tail = (1.0 - confidence) / 2.0
     out, column = {}, 0
     for name, parts in terms.items():
         estimate = np.zeros(resamples)
-        for sign, _, denominator in parts:
-            if denominator is None:
-                estimate += sign * means[:, column]
+        for term in parts:
+            if term.denominator is None:
+                estimate += term.sign * statistics[:, column]
                 column += 1
             else:
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    estimate += sign * means[:, column] / means[:, column + 1]
+                    estimate += term.sign * statistics[:, column] / statistics[:, column + 1]
                 column += 2
         finite = estimate[np.isfinite(estimate)]
         if len(finite):

@@ -30,15 +30,18 @@ _GROUPS = (
     ("Gendered share", "gendered_share_at_"),
     ("Male share", "male_share_at_"),
 )
+_RANKS = (("MedR i2t", "medr_i2t"), ("MedR t2i", "medr_t2i"))
+"""Metrics without a K (ranks, shown in the first column), after the recall rows."""
 
 
 def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
     """One row per metric family, one column per K, each labelled with its direction
     (:func:`~xmr.metrics.metric_direction`: ↑ higher is better, →0 closer to 0, · a
-    diagnostic). Recall and ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they are, with
-    their sign; Bias@K's diagnostics (shares in [0, 1]) as they are. Each value is followed by
-    its bootstrap interval, ``[low, high]``, when there is one. Bias@K of the scored split's own
-    images (``{split}/natural/...``, when Bias@K ranks another split) follows, "(natural)"."""
+    diagnostic, ↓ lower). Recall and ODmAP in %; signed metrics (Bias@K, in [-1, 1]) as they
+    are, with their sign; Bias@K's diagnostics (shares in [0, 1]) as they are; MedR, which has
+    no K, in ranks in the first column. Each value is followed by its bootstrap interval,
+    ``[low, high]``, when there is one. Bias@K of the scored split's own images
+    (``{split}/natural/...``, when Bias@K ranks another split) follows, "(natural)"."""
     table = Table(title="xmr eval")
     table.add_column("metric")
     for k in ks:
@@ -53,7 +56,22 @@ def metrics_table(result: EvalResult, ks: tuple[int, ...]) -> Table:
             }
             if names:
                 _add_rows(table, result, ks, names, f"{label} ({ranking})" if ranking else label)
+            if not ranking and stem == "recall_t2i_at_":
+                _add_rank_rows(table, result, len(ks))
     return table
+
+
+def _add_rank_rows(table: Table, result: EvalResult, columns: int) -> None:
+    """A row for each metric of :data:`_RANKS` that ``result`` has: its value in ranks (1 is
+    best) with its interval, in the first of ``columns``."""
+    for label, stem in _RANKS:
+        for name in [n for n in result.metrics if n.endswith(f"/{stem}")]:
+            text = f"{result.metrics[name]:.1f}"
+            interval = result.intervals.get(name)
+            if interval is not None:
+                text += f" [dim]{escape(f'[{interval.low:.1f}, {interval.high:.1f}]')}[/dim]"
+            symbol = metric_direction(name).symbol
+            table.add_row(f"{label} {symbol}", text, *[""] * (columns - 1))
 
 
 def _ranking(name: str) -> str:

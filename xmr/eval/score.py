@@ -3,14 +3,14 @@
 :func:`score` computes each metric group that the config asks for, one function each, from the
 embeddings of an :class:`~xmr.eval.encode.EncodedSplit` (after CLIP-clip when ``clip_m > 0``):
 
-- :func:`recall_scores`: Recall@K both ways on the split, after the family's pair re-ranking
-  (BLIP's ITM over the top ``rerank_k``);
+- :func:`recall_scores`: Recall@K and MedR both ways on the split, after the family's pair
+  re-ranking (BLIP's ITM over the top ``rerank_k``);
 - :func:`odmap_scores`: ODmAP@K of the object-removed queries over the all-splits gallery, and
   a sample of them with their top captions for the example grid;
 - :func:`bias_scores`: Bias@K of the gender-neutral caption queries over the images of the
   Bias@K split (a ToyWorld's gender split), overall and per linked class.
 
-Each group also keeps its metrics' per-query values (a query's hit, AP@k or Δ_K) by query set
+Each group also keeps its metrics' per-query values (a query's hit, rank, AP@k or Δ_K) by query set
 (:class:`~xmr.compare.per_query.QueryValues`: i2t images, t2i captions, ODmAP queries, Bias@K
 captions): :func:`score` turns each set into seeded percentile bootstrap intervals
 (``config.bootstrap`` resamples at ``config.confidence``), and a paired comparison of two
@@ -40,6 +40,7 @@ from xmr.eval.intervals import interval_metrics, intervals_of
 from xmr.eval.protocol import ImageQuery, ODmAPSet
 from xmr.metrics import (
     Ranking,
+    first_positive_ranks,
     odmap_per_query,
     odmap_relevance,
     recall_hits,
@@ -47,7 +48,7 @@ from xmr.metrics import (
 )
 from xmr.models import RetrievalModel, create_model
 from xmr.models.registry import default_rerank_k
-from xmr.retrieval import rerank, topk_similarity
+from xmr.retrieval import positive_ranks, rerank, topk_similarity
 from xmr.storage import StoragePath
 
 
@@ -213,11 +214,15 @@ def evaluate(
 
 
 def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) -> GroupScores:
-    """Recall@K both ways on the split (``{split}/recall_{i2t,t2i}_at_{K}``).
+    """Recall@K and MedR both ways on the split (``{split}/recall_{i2t,t2i}_at_{K}``,
+    ``{split}/medr_{i2t,t2i}``).
 
     An image's captions are its positives (i2t), a caption's image its positive (t2i); captions
     of images that failed to encode are not queries. When the family re-ranks (BLIP, unless
-    CLIP-clip is on) its pair scorer re-orders each query's top ``rerank_k`` first.
+    CLIP-clip is on) its pair scorer re-orders each query's top ``rerank_k`` first. MedR's
+    per-query ranks (:func:`~xmr.metrics.first_positive_ranks`) are read from that ranking
+    within its depth and, beyond it, counted over the whole gallery by
+    :func:`~xmr.retrieval.positive_ranks` (another pass of the products, chunked).
     """
     config, retrieval = inputs.config, inputs.encoded.retrieval
     ok_images = inputs.ok_images
@@ -254,17 +259,20 @@ def recall_scores(inputs: ScoringInputs, model: RetrievalModel | None = None) ->
         for i in np.flatnonzero(ok_images)
     ]
     t2i_keys = [caption_keys[c] for c in np.flatnonzero(keep)]
-    for direction, ranking, positives, keys in (
-        ("i2t", i2t_ranking, positives_i2t, i2t_keys),
-        ("t2i", t2i_ranking, positives_t2i, t2i_keys),
+    for direction, ranking, positives, keys, (queries, gallery) in (
+        ("i2t", i2t_ranking, positives_i2t, i2t_keys, (images, captions)),
+        ("t2i", t2i_ranking, positives_t2i, t2i_keys, (captions[keep], images)),
     ):
         hits = recall_hits(ranking, positives, config.ks)
         values = {
             f"{inputs.prefix}recall_{direction}_at_{k}": hits[k].astype(np.float64)
             for k in config.ks
         }
+        beyond = positive_ranks(queries, gallery, positives)
+        ranks = first_positive_ranks(ranking, positives, beyond=beyond)
+        values[f"{inputs.prefix}medr_{direction}"] = ranks.astype(np.float64)
         scores.per_query[direction] = QueryValues(keys, values)
-        scores.metrics.update({name: float(v.mean()) for name, v in values.items()})
+        scores.metrics.update(metric_values(values))
     return scores
 
 

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xmr.metrics.average_precision import map_at_k
     from xmr.metrics.direction import (
+        Aggregation,
         Direction,
         UnknownMetricError,
         find_direction,
+        metric_aggregation,
         metric_direction,
     )
     from xmr.metrics.gender_bias import (
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
         similarity_bias,
         top_k_genders,
     )
+    from xmr.metrics.medr import first_positive_ranks, median_rank
     from xmr.metrics.odmap import odmap_at_k, odmap_per_query, odmap_relevance
     from xmr.metrics.power import (
         TRAINED_DELTA_SD,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 
 _MODULE_OF = {  # exported name -> its module
     "TRAINED_DELTA_SD": "power",
+    "Aggregation": "direction",
     "Direction": "direction",
     "Ranking": "ranking",
     "TopKGenders": "gender_bias",
@@ -51,9 +55,12 @@ _MODULE_OF = {  # exported name -> its module
     "delta_sd": "power",
     "detectable_effect": "power",
     "find_direction": "direction",
+    "first_positive_ranks": "medr",
     "gendered_share_at_k": "gender_bias",
     "male_share_at_k": "gender_bias",
     "map_at_k": "average_precision",
+    "median_rank": "medr",
+    "metric_aggregation": "direction",
     "metric_direction": "direction",
     "odmap_at_k": "odmap",
     "odmap_per_query": "odmap",
@@ -71,6 +78,7 @@ _MODULE_OF = {  # exported name -> its module
 
 __all__ = [
     "TRAINED_DELTA_SD",
+    "Aggregation",
     "Direction",
     "Ranking",
     "TopKGenders",
@@ -80,9 +88,12 @@ __all__ = [
     "delta_sd",
     "detectable_effect",
     "find_direction",
+    "first_positive_ranks",
     "gendered_share_at_k",
     "male_share_at_k",
     "map_at_k",
+    "median_rank",
+    "metric_aggregation",
     "metric_direction",
     "odmap_at_k",
     "odmap_per_query",

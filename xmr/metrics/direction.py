@@ -1,4 +1,5 @@
-"""Which way each metric is better, declared once (torchmetrics' ``higher_is_better``).
+"""Which way each metric is better (torchmetrics' ``higher_is_better``) and how its per-query
+values aggregate (torchmetrics' ``aggregation``), declared once.
 
 Every consumer that judges a metric (the demo's Δ colours, the eval report, the sweeps' default
 ``mode`` / ``abs``, ``xmr compare``) asks :func:`metric_direction` instead of guessing from the
@@ -8,7 +9,8 @@ name:
   ODmAP@K, the summed recalls (``rsum``, ``sumr``, ``subcat_sumr``), the compositional
   benchmarks' accuracies (``aro/vg_relation_acc``, ``sugarcrepe/swap_att_acc``,
   ``sugarcrepe/mean_acc``, ``binding/counter_acc``; :mod:`xmr.benchmarks`);
-- lower is better: training losses (``loss``, ``loss_itc``, ...);
+- lower is better: training losses (``loss``, ``loss_itc``, ...), the median rank of a query's
+  first positive (MedR: ``medr_i2t``, ``medr_t2i``; :mod:`xmr.metrics.medr`);
 - signed, best at 0 and judged by size (compare ``|x|``): Bias@K (gender paper §2.2, in
   [-1, 1], + = towards male; ``bias_at_10_cup``: over the queries that mention a class) and the
   similarity bias (its Eq. 9);
@@ -20,6 +22,12 @@ Names are MLflow metric names, with any ``split/`` or ``final/split/`` prefix
 that is none of these is never given a guessed direction: :func:`metric_direction` refuses it
 with :class:`UnknownMetricError`, and :func:`find_direction` returns None for a caller that can
 do without one (a table's number format, a sweep metric whose ``mode`` the space states).
+
+Every metric is a mean over queries of a per-query value (:attr:`Aggregation.MEAN`) unless
+:data:`AGGREGATIONS` declares otherwise: MedR is the median of its queries' ranks
+(:attr:`Aggregation.MEDIAN`). :func:`metric_aggregation` tells the bootstrap
+(:mod:`xmr.compare.bootstrap`) which statistic to take of each resample, and a paired
+comparison which to take the difference of.
 """
 
 from __future__ import annotations
@@ -87,10 +95,23 @@ DIRECTIONS: tuple[tuple[str, Direction], ...] = (
     (r"(add|replace|swap)_(att|obj)_acc|replace_rel_acc|mean_acc", Direction.HIGHER),  # SugarCrepe
     (r"(swap|counter|stereotype)_acc", Direction.HIGHER),  # the ToyWorld binding test
     (r"loss(_\w+)?", Direction.LOWER),
+    (r"medr_(i2t|t2i)", Direction.LOWER),  # MedR: a rank, 1 is best
     (r"bias_at_\d+(_(?!ci_)[a-z_]+)?|similarity_bias", Direction.TOWARD_ZERO),  # _cup: a class
     (r"(gendered|male)_share_at_\d+(_(?!ci_)[a-z_]+)?", Direction.NONE),  # Bias@K's diagnostics
 )
 """(pattern of the name's last ``/`` part, direction): the declaration, in one place."""
+
+
+class Aggregation(Enum):
+    """Which statistic of its per-query values a metric is."""
+
+    MEAN = "mean"
+    MEDIAN = "median"
+
+
+AGGREGATIONS: tuple[tuple[str, Aggregation], ...] = ((r"medr_(i2t|t2i)", Aggregation.MEDIAN),)
+"""(pattern of the name's last ``/`` part, aggregation) of the metrics that are not means: the
+declaration, beside :data:`DIRECTIONS`."""
 
 
 def find_direction(name: str) -> Direction | None:
@@ -117,7 +138,22 @@ def metric_direction(name: str) -> Direction:
         raise UnknownMetricError(
             f"metric {name!r}: its direction is not known (xmr.metrics.direction declares "
             "recall_*, odmap_at_*, map_at_*, rsum, sumr, the ARO, SugarCrepe and binding *_acc, "
-            "loss*, "
+            "loss*, medr_i2t, medr_t2i, "
             "bias_at_*, similarity_bias; the diagnostics gendered_share_at_*, male_share_at_*)"
         )
     return direction
+
+
+def metric_aggregation(name: str) -> Aggregation:
+    """How metric ``name`` (an MLflow name, any ``split/`` prefixes; or any column name of
+    per-query values) aggregates its per-query values: :attr:`Aggregation.MEDIAN` where
+    :data:`AGGREGATIONS` declares it, else :attr:`Aggregation.MEAN`.
+
+    >>> metric_aggregation("test/medr_t2i").value, metric_aggregation("test/recall_t2i_at_1").value
+    ('median', 'mean')
+    """
+    stem = name.rsplit("/", 1)[-1]
+    for pattern, aggregation in AGGREGATIONS:
+        if re.fullmatch(pattern, stem):
+            return aggregation
+    return Aggregation.MEAN
