@@ -1,0 +1,66 @@
+"""docs/architecture.md's recipes cannot drift: each code block marked ``<!-- recipe: PATH -->``
+is the file PATH under tests/recipes/, word for word, and each of those files runs here."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from recipes.precision import precision_hits
+from recipes.train_in_process import train_in_process
+
+from xmr.metrics import Direction, direction, metric_direction
+from xmr.toyworld import generate
+from xmr.train.convergence import STOPPED_EPOCH
+from xmr.train.fit import MODEL_FILE
+
+REPO = Path(__file__).resolve().parents[1]
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+RECIPES = REPO / "tests" / "recipes"
+MARKED_BLOCK = re.compile(r"^( *)<!-- recipe: (\S+) -->\n\1```python\n(.*?)^\1```", re.M | re.S)
+"""A marker line, then the fenced block it names, both at the same indent (a list item's)."""
+
+
+def marked_blocks() -> dict[str, str]:
+    """architecture.md's marked blocks: recipe path -> the block's code, dedented."""
+    found = MARKED_BLOCK.findall(ARCHITECTURE.read_text())
+    return {path: textwrap.dedent(code) for _, path, code in found}
+
+
+def test_every_marked_block_is_its_recipe_file_and_every_file_is_shown() -> None:
+    blocks = marked_blocks()
+    files = {f"tests/recipes/{p.name}" for p in RECIPES.glob("*.py")}
+    assert set(blocks) == files, "a recipe file that architecture.md does not show, or the reverse"
+    for path, code in blocks.items():
+        assert code == (REPO / path).read_text(), f"docs/architecture.md's block for {path} drifted"
+
+
+def test_the_metric_recipe_computes_precision_and_declares_its_direction(monkeypatch) -> None:
+    scores = np.array(
+        [[0.9, 0.8, 0.1, 0.0], [0.1, 0.2, 0.9, 0.3], [0.5, 0.4, 0.3, 0.2]], dtype=np.float32
+    )
+    positives = [{0, 1}, {3}, set()]  # top 2 per query: (0, 1), (2, 3), (0, 1)
+    hits = precision_hits(scores, positives, ks=(1, 2))
+    np.testing.assert_allclose(hits[1], [1.0, 0.0, 0.0])
+    np.testing.assert_allclose(hits[2], [1.0, 0.5, 0.0])
+    with pytest.raises(direction.UnknownMetricError):
+        metric_direction("test/precision_t2i_at_5")
+    line = (r"precision_(i2t|t2i)_at_\d+", Direction.HIGHER)  # the recipe's step 3
+    monkeypatch.setattr(direction, "DIRECTIONS", (*direction.DIRECTIONS, line))
+    assert metric_direction("test/precision_t2i_at_5") is Direction.HIGHER
+
+
+def test_the_in_process_training_recipe_trains_to_a_plateau_tests_and_resumes(tmp_path) -> None:
+    (tmp_path / "world.yaml").write_text("splits: {train: 24, val: 4, test: 4}\n")
+    world = generate(tmp_path / "world", tmp_path / "world.yaml", seed=3)
+    options = {"batch_size": 16, "patience": 1, "min_delta": 600, "max_epochs": 3, "seed": 2}
+    final = train_in_process(world, tmp_path / "runs", **options)
+    assert final[STOPPED_EPOCH] == 2 and "test/recall_t2i_at_1" in final  # patience 1
+    folder = tmp_path / "runs" / "in-process"
+    assert (folder / "best.pt").is_file() and (folder / "epoch_0002" / MODEL_FILE).is_file()
+    assert (
+        train_in_process(world, tmp_path / "runs", **options) == {}
+    )  # finished: resumes to the end
