@@ -9,10 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from recipes.precision import precision_hits
 from recipes.train_in_process import train_in_process
 
 from xmr.metrics import Direction, direction, metric_direction
+from xmr.models import create_model, registry
+from xmr.models.batch import TrainBatch
+from xmr.models.losses import LossConfig
 from xmr.toyworld import generate
 from xmr.train.convergence import STOPPED_EPOCH
 from xmr.train.fit import MODEL_FILE
@@ -64,3 +68,24 @@ def test_the_in_process_training_recipe_trains_to_a_plateau_tests_and_resumes(tm
     assert (
         train_in_process(world, tmp_path / "runs", **options) == {}
     )  # finished: resumes to the end
+
+
+def test_the_model_family_recipe_builds_embeds_and_trains(monkeypatch) -> None:
+    monkeypatch.setitem(registry.MODEL_FAMILIES, "mini", "recipes.mini")  # the recipe's step 2
+    model = create_model("mini", arch="xmr-tiny", pretrained="none", seed=0)
+    assert model.name == "mini/xmr-tiny" and "mini" in registry.list_models()
+    pixels = torch.rand(4, 3, model.image_size, model.image_size)
+    captions = ["a red cup", "a blue car", "a dog on a bench", "a horse"]
+    for features, n in ((model.encode_images(pixels), 4), (model.encode_texts(captions), 4)):
+        assert features.shape == (n, 128)
+        torch.testing.assert_close(features.norm(dim=-1), torch.ones(n))
+    batch = TrainBatch(
+        pixels=pixels,
+        text=model.tokenize(captions),
+        image_ids=torch.arange(4),
+        image_gender=torch.zeros(4, dtype=torch.int64),
+        caption_neutral=torch.ones(4, dtype=torch.bool),
+    )
+    losses = model.objective(LossConfig(), seed=0)(batch)
+    assert set(losses) == {"loss", "loss_i2t", "loss_t2i"} and torch.isfinite(losses["loss"])
+    losses["loss"].backward()
