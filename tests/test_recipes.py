@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from recipes.my_job import app as my_job_app
 from recipes.precision import precision_hits
 from recipes.train_in_process import train_in_process
+from typer.testing import CliRunner
 
 from xmr.metrics import Direction, direction, metric_direction
 from xmr.models import create_model, registry
@@ -89,3 +91,13 @@ def test_the_model_family_recipe_builds_embeds_and_trains(monkeypatch) -> None:
     losses = model.objective(LossConfig(), seed=0)(batch)
     assert set(losses) == {"loss", "loss_i2t", "loss_t2i"} and torch.isfinite(losses["loss"])
     losses["loss"].backward()
+
+
+def test_the_job_recipe_plans_its_step_and_refuses_a_bad_flag(tmp_path) -> None:
+    (tmp_path / "world.yaml").write_text("splits: {train: 8, val: 4, test: 4}\n")
+    world = generate(tmp_path / "world", tmp_path / "world.yaml", seed=0)
+    args = ["--data", str(world), "--epochs", "1", "--storage", str(tmp_path / "jobs")]
+    planned = CliRunner().invoke(my_job_app, [*args, "--dry-run"])
+    assert planned.exit_code == 0 and "train on D" in planned.output, planned.output
+    refused = CliRunner().invoke(my_job_app, [*args, "--epochs", "-1", "--dry-run"])
+    assert refused.exit_code == 2 and "--epochs" in refused.output, refused.output
