@@ -3,6 +3,7 @@ is the file PATH under tests/recipes/, word for word, and each of those files ru
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -101,3 +102,42 @@ def test_the_job_recipe_plans_its_step_and_refuses_a_bad_flag(tmp_path) -> None:
     assert planned.exit_code == 0 and "train on D" in planned.output, planned.output
     refused = CliRunner().invoke(my_job_app, [*args, "--epochs", "-1", "--dry-run"])
     assert refused.exit_code == 2 and "--epochs" in refused.output, refused.output
+
+
+def test_the_d_prime_method_recipe_blurs_inside_the_removed_boxes_and_loses_no_row(
+    monkeypatch, tmp_path
+) -> None:
+    import pyarrow.parquet as pq
+    from recipes.blur_out import BlurOutMethod
+    from recipes.blur_out_config import BlurConfig
+
+    from xmr.data import load_image, read_toyworld
+    from xmr.data.images import decode_image
+    from xmr.pipeline import LocalExecutor
+    from xmr.removal.planning import box_mask
+    from xmr.synth import config as synth_config
+    from xmr.synth.config import SynthOptions, SynthRuntime
+    from xmr.synth.runner import build
+
+    # the recipe's step 3, for this test: the mode, its config and its flag
+    monkeypatch.setitem(synth_config.METHOD_CONFIGS, "blur-out", BlurConfig)
+    monkeypatch.setattr(synth_config, "MODES", (*synth_config.MODES, "blur-out"))
+    monkeypatch.setattr(synth_config, "OPTION_ORDER", (*synth_config.OPTION_ORDER, "blur_radius"))
+    (tmp_path / "world.yaml").write_text("splits: {train: 6, val: 2, test: 2}\n")
+    world = generate(tmp_path / "world", tmp_path / "world.yaml", seed=1)
+    options = SynthOptions.of(mode="blur-out", data=world, blur_radius=4)
+    runtime = SynthRuntime(out=tmp_path / "out")
+    result = build(BlurOutMethod(options, runtime), runtime, LocalExecutor)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["planned"] == manifest["written"] + manifest["errors"] > 0, manifest
+    assert manifest["config"]["blur_radius"] == 4 and result is not None
+    records = {r.image_id: r for r in read_toyworld(world, "train")}
+    rows = [row for part in sorted((tmp_path / "out" / "data").glob("*.parquet"))
+            for row in pq.read_table(part).to_pylist()]  # fmt: skip
+    assert len(rows) == manifest["written"] and {row["fill"] for row in rows} == {"blur-out"}
+    for row in rows:
+        source = np.asarray(load_image(records[row["source_image_id"]].path))
+        blurred = np.asarray(decode_image(row["image"]))
+        mask = box_mask(row["removed_boxes"], row["width"], row["height"])
+        assert np.array_equal(blurred[~mask], source[~mask])
+        assert not np.array_equal(blurred[mask], source[mask])
