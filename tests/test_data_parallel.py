@@ -164,17 +164,26 @@ def test_two_workers_equal_one_worker_on_the_concatenated_batch(two_workers, cas
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_accumulation_equals_one_step_on_the_whole_batch(two_workers, case: str) -> None:
-    """``--accum-steps``: 3 micro-batches on 1 worker, and 2 workers each accumulating 2 or 3
-    micro-batches, give the loss and gradients of 1 step on the 10 rows at once (dropout
-    draws replayed; every family's negatives intact)."""
+def test_accumulation_equals_one_step_on_the_whole_batch(case: str) -> None:
+    """``--accum-steps``: 3 micro-batches on 1 worker give the loss and gradients of 1 step on
+    the 10 rows at once (dropout draws replayed; every family's negatives intact)."""
     objective, batch = _objective(case)
     single = _step(objective, batch)
     objective, batch = _objective(case)
     accumulated = _accumulated_step(objective, batch, [4, 3, 3])
-    ranks = [results[f"{case}/accum"] for results in two_workers]
     for key, value in single.items():
         assert _close(accumulated[key], value), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_two_workers_accumulating_equal_one_step_on_the_whole_batch(two_workers, case) -> None:
+    """2 DDP workers each accumulating 2 or 3 micro-batches: the gradients of 1 step on the 10
+    rows at once, and its loss as the mean of theirs."""
+    objective, batch = _objective(case)
+    single = _step(objective, batch)
+    ranks = [results[f"{case}/accum"] for results in two_workers]
+    for key, value in single.items():
         if key.startswith("grad/"):
             assert all(_close(rank[key], value) for rank in ranks), key
         else:
