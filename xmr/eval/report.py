@@ -66,12 +66,8 @@ def _add_rank_rows(table: Table, result: EvalResult, columns: int) -> None:
     best) with its interval, in the first of ``columns``."""
     for label, stem in _RANKS:
         for name in [n for n in result.metrics if n.endswith(f"/{stem}")]:
-            text = f"{result.metrics[name]:.1f}"
-            interval = result.intervals.get(name)
-            if interval is not None:
-                text += f" [dim]{escape(f'[{interval.low:.1f}, {interval.high:.1f}]')}[/dim]"
             symbol = metric_direction(name).symbol
-            table.add_row(f"{label} {symbol}", text, *[""] * (columns - 1))
+            table.add_row(f"{label} {symbol}", _cell(result, name), *[""] * (columns - 1))
 
 
 def _ranking(name: str) -> str:
@@ -95,12 +91,7 @@ def _add_rows(
         fmt, scale = "{:.1f}", 100.0
 
     def cell(name: str) -> str:
-        text = fmt.format(result.metrics[name] * scale)
-        interval = result.intervals.get(name)
-        if interval is None:
-            return text
-        low, high = fmt.format(interval.low * scale), fmt.format(interval.high * scale)
-        return f"{text} [dim]{escape(f'[{low}, {high}]')}[/dim]"
+        return _cell(result, name, fmt, scale)
 
     table.add_row(
         f"{label} {direction.symbol}", *(cell(names[k]) if k in names else "" for k in ks)
@@ -109,6 +100,16 @@ def _add_rows(
         per_class = {k: f"{names[k]}_{suffix}" for k in names}
         cells = (cell(per_class[k]) if per_class.get(k) in result.metrics else "" for k in ks)
         table.add_row(f"  {suffix.replace('_', ' ')}", *cells)
+
+
+def _cell(result: EvalResult, name: str, fmt: str = "{:.1f}", scale: float = 1.0) -> str:
+    """Metric ``name``'s value times ``scale`` in ``fmt``, then its interval dimmed, if any."""
+    text = fmt.format(result.metrics[name] * scale)
+    interval = result.intervals.get(name)
+    if interval is None:
+        return text
+    low, high = fmt.format(interval.low * scale), fmt.format(interval.high * scale)
+    return f"{text} [dim]{escape(f'[{low}, {high}]')}[/dim]"
 
 
 def _class_suffixes(metrics: dict[str, float], names: dict[int, str]) -> list[str]:
