@@ -55,6 +55,7 @@ LAYERS = (
 
 RAY_WIRING = frozenset({
     "xmr.pipeline.ray_executor",  # Ray Data: stages onto actor pools and tasks
+    "xmr.pipeline.ray_idle",  # Ray Data's scheduling loop, paused while it only spins
     "xmr.llm.vllm_processor",  # ray.data.llm's vLLM processor (Ray imported in its builder)
     "xmr.train.run",  # the Ray Train driver
     "xmr.train.loop",  # the Ray Train worker loop
@@ -82,6 +83,7 @@ RAY_SURFACE = {
         "cpus_per_gpu",
         "init_ray",
     },
+    "xmr.pipeline.ray_idle": {"pause_when_idle"},
     "xmr.llm.vllm_processor": {"build_vllm_processor"},
     "xmr.train.run": {"train"},
     "xmr.train.loop": set(),

@@ -16,6 +16,7 @@ from xmr.data import read_dataset
 from xmr.models import create_model
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
+from xmr.pipeline.ray_idle import PauseWhenIdle
 from xmr.train.batching import GROUP_COLUMN, epoch_order, pairs_together
 from xmr.train.config import resolve_config
 from xmr.train.data import ROW_COLUMN, augment_seeds, collate, training_data
@@ -106,6 +107,7 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
     clock = StartClock.remote()
     ray.get(clock.set.remote(1))
     dataset = training_dataset(pairs, config, corpus, clock, steps)
+    assert PauseWhenIdle in dataset.context.custom_execution_callback_classes
     dataset.context.execution_options.preserve_order = True  # as xmr.train.run's DataConfig
     batches = [batch for batch, pairs in batches_of(dataset.iterator(), prefetch=1)]
     per_epoch = slots_of_steps(config, steps)

@@ -27,6 +27,7 @@ import torch
 
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
+from xmr.pipeline.ray_idle import pause_when_idle
 from xmr.train.config import TrainConfig
 from xmr.train.plan import PairCounts, SlotDecoder, slots_of_steps
 
@@ -133,12 +134,14 @@ def training_dataset(
     :meth:`~xmr.train.config.TrainConfig.total_steps` need: a last epoch that ``--steps`` cuts
     short has fewer) mapped by :func:`loader_count` :class:`CollateSlots` actors of
     ``config.loader_cpus`` CPUs each (``grouped``: the table's BiAug groups stay whole in a
-    micro-batch)."""
+    micro-batch). Its execution pauses while the loader is ahead of the workers
+    (:func:`~xmr.pipeline.ray_idle.pause_when_idle`)."""
     per_epoch = slots_of_steps(config, steps_per_epoch)
     slots = slots_of_steps(config, config.total_steps(steps_per_epoch))
     # Blocks made here: no read task, which would need a CPU that the workers may all hold.
     items = [{SLOT_COLUMN: slot} for slot in range(slots)]
-    return ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK)).map_batches(
+    dataset = ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK))
+    return pause_when_idle(dataset).map_batches(
         CollateSlots,
         batch_size=1,
         fn_constructor_args=(
