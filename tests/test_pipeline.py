@@ -93,6 +93,29 @@ def test_the_local_executor_recuts_batches_keeps_order_and_tears_down(tmp_path) 
         next(executor.transform([{"x": 1}], lambda ds: ds, blocks=1))
 
 
+@pytest.mark.parametrize("where", ["local", "ray"])
+def test_an_executors_pool_keeps_its_stage_warm_across_runs(where, request, tmp_path) -> None:
+    """``Executor.pool``: the same stage, set up once, run twice, in order, every row kept (the
+    per-row errors included); closing tears it down. In this process or in Ray actors."""
+    if where == "ray":
+        request.getfixturevalue("local_ray")
+    executor = LocalExecutor() if where == "local" else RayExecutor(progress=False)
+    pool = executor.pool(SquareOrFail(batch_size=4), actors=1)
+    try:
+        for values in (list(range(-2, 9)), [5, -1]):
+            out = pool.run([{"x": v} for v in values])
+            assert out["y"].tolist() == [0 if v < 0 else v * v for v in values]
+            assert [bool(e) for e in out["error"]] == [v < 0 for v in values]
+        assert pool.run([]) == {} and pool.size == 1 and len(pool.setup_s) == 1
+    finally:
+        pool.close()
+    counted = LocalExecutor().pool(Counted(1, 3, str(tmp_path)))
+    counted.run([{"x": i} for i in range(4)])
+    counted.run([{"x": 0}])
+    counted.close()
+    assert _notes(tmp_path, 1) == ["setup", "batch 3", "batch 1", "batch 1", "teardown"]
+
+
 def test_ray_data_actors_tear_their_stage_down(local_ray, tmp_path) -> None:
     executor = RayExecutor(progress=False)
     stages = [(Counted(1, 4, str(tmp_path)), 1)]

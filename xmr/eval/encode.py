@@ -45,14 +45,14 @@ from xmr.eval.protocol import (
     record_gender,
 )
 from xmr.models import RetrievalModel, check_spec, needs_corpus
-from xmr.pipeline import Resources, run_local
+from xmr.pipeline import LocalExecutor, Resources
 from xmr.pipeline.stage import Batch
 from xmr.storage import StoragePath, storage_path
 from xmr.text import COCO_CLASS_WORDS, FLICKR30K_ODMAP_CLASSES, caption_mentions
 from xmr.toyworld.default_world import default_toyworld
 
 if TYPE_CHECKING:
-    from xmr.pipeline.ray_executor import StagePool
+    from xmr.pipeline.executor import Pool
 
 
 @dataclass
@@ -372,15 +372,15 @@ class LocalEncoder(Encoder):
         super().__init__(config)
         self.device = str(model.device)
         c = config
-        self._stage = EncodeQueries(
-            c.model, self.device, Resources(cpus=1), c.batch_size, c.seed, model
-        )
+        stage = EncodeQueries(c.model, self.device, Resources(cpus=1), c.batch_size, c.seed, model)
+        self._pool = LocalExecutor().pool(stage)
 
     def close(self) -> None:
-        """Nothing to end: the model is the caller's."""
+        """Tear the stage down (its image threads); the model is the caller's."""
+        self._pool.close()
 
     def run(self, rows: list[dict]) -> Batch:
-        return run_local(rows, self._stage)
+        return self._pool.run(rows)
 
 
 class RayEncoder(Encoder):
@@ -405,14 +405,14 @@ class RayEncoder(Encoder):
             )
         self.address = address
         self.actors = 0
-        self._pool: StagePool | None = None
+        self._pool: Pool | None = None
 
     def __enter__(self) -> RayEncoder:
         """Start or join Ray and start building the model in the first actors."""
-        from xmr.pipeline.ray_executor import StagePool, cluster_gpus, cpus_per_gpu, init_ray
+        from xmr.pipeline.ray_executor import RayExecutor, cluster_gpus, cpus_per_gpu
 
         c = self.config
-        init_ray(self.address)
+        executor = RayExecutor(self.address)
         gpus = cluster_gpus()
         auto = "cuda" if gpus > 0 else "cpu"
         self.device = auto if c.device == "auto" else c.device
@@ -424,7 +424,7 @@ class RayEncoder(Encoder):
             resources = Resources(cpus=1)
         stage = EncodeQueries(c.model, self.device, resources, c.batch_size, c.seed)
         first = c.actors or (self.actors if self.device == "cuda" else 1)
-        self._pool = StagePool(stage, first)
+        self._pool = executor.pool(stage, first)
         return self
 
     def close(self) -> None:

@@ -9,16 +9,47 @@ command or job chooses one and hands it to the code that maps stages (a D′ bui
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from xmr.pipeline.stage import Batch, Stage, rows_to_batch
+from xmr.pipeline.stage import Batch, Stage, in_row_order, numbered_batches, rows_to_batch
+
+
+class Pool(Protocol):
+    """A stage set up ahead of its rows and kept warm across runs (an evaluation's encoder
+    between epochs): made before the rows exist, it starts while the caller prepares them."""
+
+    wait_s: float
+    """Seconds the last :meth:`run` waited for the stage to be ready."""
+    setup_s: dict[int, float]
+    """Seconds each worker that has been ready took to set the stage up, by worker."""
+
+    @property
+    def size(self) -> int:
+        """Workers in the pool (started or starting)."""
+        ...
+
+    def grow(self, actors: int) -> None:
+        """Start more workers until the pool has ``actors`` (where it can run more than one)."""
+        ...
+
+    def run(self, rows: list[dict], *, desc: str | None = None) -> Batch:
+        """The stage's output columns for ``rows``, in input order (``{}`` for no rows); each
+        row gets a ``row`` column the stage passes through. ``desc``: show progress under
+        that name."""
+        ...
+
+    def close(self) -> None:
+        """Tear the stage down and end the workers."""
+        ...
 
 
 class Executor(Protocol):
-    """Runs stages over rows and streams the last stage's batches back, in input order."""
+    """Runs stages over rows: a list of them streamed (:meth:`stream`), or one kept warm for
+    repeated runs (:meth:`pool`). Rows come back in input order."""
 
     @property
     def cpus(self) -> int:
@@ -35,6 +66,10 @@ class Executor(Protocol):
     ) -> Iterator[Batch]:
         """Run ``stages`` (each with its number of parallel workers) in order over ``rows``
         (cut into ``blocks`` blocks) and yield the output batches as they finish."""
+        ...
+
+    def pool(self, stage: Stage, actors: int = 1) -> Pool:
+        """``stage`` set up in ``actors`` workers from now on (:class:`Pool`)."""
         ...
 
     def transform(
@@ -101,6 +136,10 @@ class LocalExecutor:
             batches = _run_stage(stage, batches)
         yield from batches
 
+    def pool(self, stage: Stage, actors: int = 1) -> LocalPool:
+        """``stage`` in this process (:class:`LocalPool`); ``actors`` is ignored."""
+        return LocalPool(stage)
+
     def transform(
         self, rows: list[dict], transform: Callable[[Any], Any], *, blocks: int
     ) -> Iterator[Batch]:
@@ -110,6 +149,44 @@ class LocalExecutor:
             ValueError: always.
         """
         raise ValueError("a Ray Data transform (--llm vllm) needs the Ray executor")
+
+
+class LocalPool:
+    """A :class:`Pool` of one: the stage in this process, set up on the first :meth:`run` and
+    kept until :meth:`close`."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.wait_s = 0.0
+        self.setup_s: dict[int, float] = {}
+        self._set_up = False
+
+    @property
+    def size(self) -> int:
+        return 1
+
+    def grow(self, actors: int) -> None:
+        """Nothing: this process is the one worker."""
+
+    def run(self, rows: list[dict], *, desc: str | None = None) -> Batch:
+        """The stage over ``rows`` here, batch by batch; ``desc`` is not shown."""
+        if not rows:
+            return {}
+        if not self._set_up:
+            start = time.perf_counter()
+            self.stage.setup()
+            self._set_up, self.setup_s[0] = True, time.perf_counter() - start
+            self.wait_s = self.setup_s[0]
+        else:
+            self.wait_s = 0.0
+        batches = numbered_batches(rows, self.stage.batch_size)
+        return in_row_order([self.stage.process(batch) for batch in batches])
+
+    def close(self) -> None:
+        """Tear the stage down if it was set up."""
+        if self._set_up:
+            self.stage.teardown()
+            self._set_up = False
 
 
 def _run_stage(stage: Stage, batches: Iterable[Batch]) -> Iterator[Batch]:

@@ -405,6 +405,10 @@ class RayExecutor:
             ds = map_stage(ds, stage, actors=actors)
         yield from ds.iter_batches(batch_format="numpy", batch_size=None)
 
+    def pool(self, stage: Stage, actors: int = 1) -> StagePool:
+        """``stage`` set up in ``actors`` Ray actors from now on (:class:`StagePool`)."""
+        return StagePool(stage, actors)
+
     def transform(
         self,
         rows: list[dict],
