@@ -3,8 +3,8 @@
 Run it beside a training on the same node; every ``--every`` seconds it reads
 ``/proc/<pid>/stat`` (user + system time, all threads) of each process whose title names one
 of Ray's roles, and appends one CSV row per role: the wall time since the sampler started, the
-role, its CPU-seconds summed over every process it has had and how many are live. It stops when the
-training worker has been gone for ``--idle-samples`` samples in a row (a sweep starts the next
+role, its CPU-seconds summed over every process it has had and how many are live. It stops when
+the training worker has been gone for ``--idle-samples`` samples in a row (a sweep starts the next
 trial's worker within a minute) or after ``--minutes``, then prints each role's CPU-seconds and
 share of a core over the whole time::
 
