@@ -11,7 +11,7 @@ share of a core over the whole time::
     python bench/data_path_cpu.py --out /tmp/cpu.csv --every 60 --minutes 90
 
 Roles (the process title Ray gives each actor): ``SplitCoordinator`` (Ray Data's coordinator of
-the training split), ``MapWorker`` (the loader's :class:`~xmr.train.loader.CollateSlots`
+the training split), ``MapWorker`` (the loader's :class:`~xmr.train.plan.DecodeSlots`
 actors), ``RayTrainWorker`` (the training worker). A process that restarts starts again from 0
 CPU-seconds; the CSV keeps each sample so that shows.
 """

@@ -1,5 +1,5 @@
 """The loader's decode work: CPU-seconds to decode one micro-batch, in this process, with one
-torch thread (as a :class:`~xmr.train.loader.CollateSlots` actor decodes it). Multiplied by a
+torch thread (as a :class:`~xmr.train.plan.DecodeSlots` actor decodes it). Multiplied by a
 run's steps, it is the part of the loaders' CPU that is the data itself, the baseline that
 issue 46's acceptance holds the coordinator and the loaders' overhead to::
 

@@ -27,7 +27,7 @@ from xmr.pipeline.ray_idle import pause_when_idle
 
 
 class Decode:
-    """A stand-in for :class:`~xmr.train.loader.CollateSlots`: a slot in, one micro-batch out."""
+    """A stand-in for :class:`~xmr.train.plan.DecodeSlots`: a slot in, one micro-batch out."""
 
     def __init__(self, decode_s: float) -> None:
         self.decode_s = decode_s

@@ -82,6 +82,7 @@ RAY_SURFACE = {
         "cluster_gpus",
         "cpus_per_gpu",
         "init_ray",
+        "map_stage",
     },
     "xmr.pipeline.ray_idle": {"pause_when_idle"},
     "xmr.llm.vllm_processor": {"build_vllm_processor"},

@@ -4,6 +4,7 @@ the slot stage on Ray Data, and a run that is the same twice."""
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -20,8 +21,8 @@ from xmr.pipeline.ray_idle import PauseWhenIdle
 from xmr.train.batching import GROUP_COLUMN, epoch_order, pairs_together
 from xmr.train.config import resolve_config
 from xmr.train.data import ROW_COLUMN, augment_seeds, collate, training_data
-from xmr.train.loader import CollateSlots, StartClock, batches_of, spare_loaders, training_dataset
-from xmr.train.plan import slots_of_steps, training_plan
+from xmr.train.loader import StartClock, batches_of, clock_epoch, spare_loaders, training_dataset
+from xmr.train.plan import DecodeSlots, slots_of_steps, training_plan
 from xmr.train.run import train
 from xmr.tune.trials import TrialFootprint
 
@@ -122,9 +123,9 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
             assert torch.equal(got.pixels, want.pixels) and torch.equal(got.text, want.text)
             assert torch.equal(got.image_ids, want.image_ids)
     assert not np.array_equal(epoch_order(pairs.num_rows, 4, 1), epoch_order(pairs.num_rows, 4, 2))
-    stage = CollateSlots(config.to_dict(), ray.put(pairs), ray.put(corpus),
-                         clock, per_epoch, grouped=False)  # fmt: skip
-    assert list(stage({"slot": np.arange(per_epoch)})) == []  # epoch 0: before the start
+    stage = DecodeSlots(config, pairs, corpus, per_epoch, False, partial(clock_epoch, clock))
+    stage.setup()
+    assert stage.process({"slot": np.arange(per_epoch)}) == {}  # epoch 0: before the start
     assert ROW_COLUMN in pairs.column_names
 
 

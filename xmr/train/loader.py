@@ -1,38 +1,36 @@
 """The training loader: every epoch's batches decoded ahead of the workers by Ray Data actors.
 
 The dataset handed to Ray Train holds one row per micro-batch *slot* of the whole run
-(:mod:`xmr.train.plan`). :class:`CollateSlots`, a Ray Data actor stage, turns each into the
-decoded micro-batch the run's plan gives it (:class:`~xmr.train.plan.SlotDecoder`) and emits
-it as one row of tensor columns (:meth:`~xmr.models.batch.TrainBatch.to_columns`). So every
-epoch is a fresh global shuffle, the same for the same seed whatever the number of loader
-actors; decoding runs in processes of its own (on a cluster, wherever Ray places the actors),
-never in a training worker's threads; and the run is one Ray Data execution, so the actors
-start once and the next epoch's batches are decoded while this one's last steps run.
+(:mod:`xmr.train.plan`). :class:`~xmr.train.plan.DecodeSlots`, the loader's pipeline stage, runs
+in Ray Data actors (:func:`~xmr.pipeline.ray_executor.map_stage`) and turns each slot into the
+decoded micro-batch the run's plan gives it, one row of tensor columns. So every epoch is a
+fresh global shuffle, the same for the same seed whatever the number of loader actors;
+decoding runs in processes of its own (on a cluster, wherever Ray places the actors), never in
+a training worker's threads; and the run is one Ray Data execution, so the actors start once
+and the next epoch's batches are decoded while this one's last steps run. The same stage runs
+in-process for a training without Ray (:func:`~xmr.train.plan.local_batches`).
 
 A worker (re)starting at epoch ``s`` (a resumed run, a restarted worker group) sets the run's
-:class:`StartClock` to ``s`` before it starts iterating; the stage reads it when it is built
+:class:`StartClock` to ``s`` before it starts iterating; the stage reads it when it is set up
 and passes over the slots of earlier epochs without decoding them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from functools import partial
 
-import numpy as np
 import pyarrow as pa
 import ray
 import ray.data
-import torch
 
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
+from xmr.pipeline.ray_executor import map_stage
 from xmr.pipeline.ray_idle import pause_when_idle
 from xmr.train.config import TrainConfig
-from xmr.train.plan import PairCounts, SlotDecoder, slots_of_steps
+from xmr.train.plan import SLOT_COLUMN, DecodeSlots, PairCounts, slot_batches, slots_of_steps
 
-SLOT_COLUMN = "slot"  # the slot's number in the run
-PAIRS_COLUMN = "pairs_together"  # the batch's (rows of a pair, rows beside their partner)
 SLOTS_PER_BLOCK = 4  # slots in each input block: an actor's unit of work
 
 
@@ -50,42 +48,9 @@ class StartClock:
         return self._epoch
 
 
-class CollateSlots:
-    """Ray Data stage: slot numbers in, one decoded micro-batch per slot out
-    (:class:`~xmr.train.plan.SlotDecoder` in an actor).
-
-    Input column ``slot`` (int64 slot numbers of the run); output: one row per slot of the start
-    epoch or later (none for an earlier slot), whose columns are the
-    batch's :meth:`~xmr.models.batch.TrainBatch.to_columns` (``pixels`` ``[B, 3, H, W]``
-    float32, ``text`` ``[B, L]``, labels ``[B]``, ...) and ``pairs_together`` ``[2]`` int64
-    (:func:`~xmr.train.batching.pairs_together` of a ``grouped`` table's batch, else 0, 0).
-    Built once per actor, with one torch thread; the training table and corpus are read from
-    the object store.
-    """
-
-    def __init__(
-        self,
-        config: dict[str, Any],
-        table: ray.ObjectRef,
-        corpus: ray.ObjectRef,
-        clock: ray.actor.ActorHandle,
-        slots_per_epoch: int,
-        grouped: bool,
-    ) -> None:
-        torch.set_num_threads(1)
-        self.decoder = SlotDecoder(
-            TrainConfig.from_dict(config), ray.get(table), ray.get(corpus), slots_per_epoch, grouped
-        )
-        self.start = int(ray.get(clock.get.remote()))
-
-    def __call__(self, slots: Mapping[str, np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
-        for slot in slots[SLOT_COLUMN]:
-            if self.decoder.epoch_of(int(slot)) < self.start:
-                continue
-            batch, pairs = self.decoder.batch(int(slot))
-            columns = batch.to_columns()
-            columns[PAIRS_COLUMN] = np.array(pairs, np.int64)
-            yield {name: value[np.newaxis] for name, value in columns.items()}
+def clock_epoch(clock: ray.actor.ActorHandle) -> int:
+    """The epoch a :class:`StartClock` holds now (what a loader actor asks at setup)."""
+    return int(ray.get(clock.get.remote()))
 
 
 def spare_loaders(
@@ -132,7 +97,7 @@ def training_dataset(
 ) -> ray.data.Dataset:
     """Ray Train's ``train`` dataset: the run's slots (as many as its
     :meth:`~xmr.train.config.TrainConfig.total_steps` need: a last epoch that ``--steps`` cuts
-    short has fewer) mapped by :func:`loader_count` :class:`CollateSlots` actors of
+    short has fewer) mapped by :func:`loader_count` :class:`~xmr.train.plan.DecodeSlots` actors of
     ``config.loader_cpus`` CPUs each (``grouped``: the table's BiAug groups stay whole in a
     micro-batch). Its execution pauses while the loader is ahead of the workers
     (:func:`~xmr.pipeline.ray_idle.pause_when_idle`)."""
@@ -141,20 +106,9 @@ def training_dataset(
     # Blocks made here: no read task, which would need a CPU that the workers may all hold.
     items = [{SLOT_COLUMN: slot} for slot in range(slots)]
     dataset = ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK))
-    return pause_when_idle(dataset).map_batches(
-        CollateSlots,
-        batch_size=1,
-        fn_constructor_args=(
-            config.to_dict(),
-            ray.put(table),
-            ray.put(corpus),
-            clock,
-            per_epoch,
-            grouped,
-        ),
-        compute=ray.data.ActorPoolStrategy(size=loader_count(config)[0]),
-        num_cpus=config.loader_cpus,
-    )
+    stage = DecodeSlots(config, table, corpus, per_epoch, grouped, partial(clock_epoch, clock),
+                        cpus=config.loader_cpus, torch_threads=1)  # fmt: skip
+    return map_stage(pause_when_idle(dataset), stage, actors=loader_count(config)[0])
 
 
 def batches_of(
@@ -164,6 +118,4 @@ def batches_of(
     :class:`~xmr.models.batch.TrainBatch` on the CPU with the batch's
     :func:`~xmr.train.batching.pairs_together` counts, ``prefetch`` batches fetched ahead."""
     for row in shard.iter_batches(batch_size=1, batch_format="numpy", prefetch_batches=prefetch):
-        columns = {name: value[0] for name, value in row.items()}
-        grouped, together = (int(n) for n in columns.pop(PAIRS_COLUMN))
-        yield TrainBatch.from_columns(columns), (grouped, together)
+        yield from slot_batches(row)

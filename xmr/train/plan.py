@@ -6,24 +6,30 @@ worker starts. The run's micro-batches are *slots*: slot ``g`` is micro-batch ``
 of epoch ``e = g div S`` (``S`` slots per epoch over all workers, :func:`slots_of_steps`), and
 :class:`SlotDecoder` turns a slot into the decoded batch the run's
 :class:`~xmr.train.batching.EpochPlan` gives it. Ray's loader (:mod:`xmr.train.loader`) maps
-the decoder over the slots in actors of its own; :func:`local_batches` runs it in this process
-for a training without Ray (:func:`xmr.train.fit.fit` with local hooks).
+:class:`DecodeSlots`, the decoder as a pipeline stage, over the slots with Ray's executor, in
+actors of their own; :func:`local_batches` runs the same stage with the local executor, for a
+training without Ray (:func:`xmr.train.fit.fit` with local hooks).
 
 No Ray here: a plan is plain data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import torch
 
 from xmr.data import read_dataset
 from xmr.models import create_model
 from xmr.models.base import Corpus
 from xmr.models.batch import TrainBatch
+from xmr.pipeline import LocalExecutor, Resources, Stage
+from xmr.pipeline.stage import Batch
 from xmr.storage import StoragePath
 from xmr.text import require_tagger
 from xmr.toyworld.default_world import default_toyworld
@@ -33,6 +39,8 @@ from xmr.train.data import TrainingData, collate, ratio_shortfall, training_data
 
 PairCounts = tuple[int, int]
 """A batch's hard-negative pair counts: rows of a pair, rows batched beside their partner."""
+SLOT_COLUMN = "slot"  # the slot's number in the run
+PAIRS_COLUMN = "pairs_together"  # the batch's (rows of a pair, rows beside their partner)
 
 
 @dataclass(frozen=True)
@@ -168,14 +176,74 @@ class SlotDecoder:
         return batch, pairs
 
 
+class DecodeSlots(Stage):
+    """The training loader's stage: slot numbers in, one decoded micro-batch per slot out
+    (:class:`SlotDecoder`, built in :meth:`setup`).
+
+    Input column ``slot`` (int slot numbers of the run); output: one row per slot of the start
+    epoch or later, none for an earlier slot (``{}`` when the batch has none). Its columns are
+    the batch's :meth:`~xmr.models.batch.TrainBatch.to_columns` (``pixels``
+    ``[n, B, 3, H, W]`` float32, ``text`` ``[n, B, L]``, labels ``[n, B]``, ...) and
+    ``pairs_together`` ``[n, 2]`` int64 (:data:`PairCounts`). ``start_epoch`` is asked once, at
+    setup (on Ray: the run's start clock, which a resumed worker sets before it iterates).
+    ``torch_threads``: set torch's threads at setup (1 in a loader actor; None in a process
+    that trains too).
+    """
+
+    name = "decode-slots"
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        table: pa.Table,
+        corpus: Corpus,
+        slots_per_epoch: int,
+        grouped: bool,
+        start_epoch: Callable[[], int],
+        *,
+        cpus: float = 0.0,
+        torch_threads: int | None = None,
+    ) -> None:
+        super().__init__(Resources(cpus=cpus), batch_size=1)
+        self.config, self.table, self.corpus = config, table, corpus
+        self.slots_per_epoch, self.grouped = slots_per_epoch, grouped
+        self.start_epoch, self.torch_threads = start_epoch, torch_threads
+
+    def setup(self) -> None:
+        if self.torch_threads:
+            torch.set_num_threads(self.torch_threads)
+        self.decoder = SlotDecoder(
+            self.config, self.table, self.corpus, self.slots_per_epoch, self.grouped
+        )
+        self.start = int(self.start_epoch())
+
+    def process(self, batch: Batch) -> Batch:
+        rows = []
+        for slot in batch[SLOT_COLUMN]:
+            if self.decoder.epoch_of(int(slot)) < self.start:
+                continue
+            decoded, pairs = self.decoder.batch(int(slot))
+            rows.append({**decoded.to_columns(), PAIRS_COLUMN: np.array(pairs, np.int64)})
+        return {name: np.stack([row[name] for row in rows]) for name in rows[0]} if rows else {}
+
+
+def slot_batches(columns: Batch) -> Iterator[tuple[TrainBatch, PairCounts]]:
+    """The micro-batches in one output batch of :class:`DecodeSlots`, in order."""
+    for i in range(len(columns[PAIRS_COLUMN]) if columns else 0):
+        row = {name: value[i] for name, value in columns.items()}
+        grouped, together = (int(n) for n in row.pop(PAIRS_COLUMN))
+        yield TrainBatch.from_columns(row), (grouped, together)
+
+
 def local_batches(plan: RunPlan, start_epoch: int) -> Iterator[tuple[TrainBatch, PairCounts]]:
-    """Every slot's batch from epoch ``start_epoch`` on, decoded in this process, in order: the
-    batches of one worker that trains alone."""
-    decoder = SlotDecoder(
-        plan.config, plan.data.table, plan.corpus,
-        slots_of_steps(plan.config, plan.steps_per_epoch), plan.grouped,
+    """Every slot's batch from epoch ``start_epoch`` on, decoded in this process by
+    :class:`DecodeSlots` on the local executor, in order: the batches of one worker that trains
+    alone."""
+    per_epoch = slots_of_steps(plan.config, plan.steps_per_epoch)
+    stage = DecodeSlots(
+        plan.config, plan.data.table, plan.corpus, per_epoch, plan.grouped,
+        partial(int, start_epoch),
     )  # fmt: skip
-    first = start_epoch * decoder.slots_per_epoch
-    last = slots_of_steps(plan.config, plan.total_steps)
-    for slot in range(first, last):
-        yield decoder.batch(slot)
+    slots = range(start_epoch * per_epoch, slots_of_steps(plan.config, plan.total_steps))
+    for columns in LocalExecutor().stream([{SLOT_COLUMN: slot} for slot in slots], [(stage, 1)]):
+        yield from slot_batches(columns)
