@@ -28,10 +28,13 @@ ROLES = ("SplitCoordinator", "MapWorker", "RayTrainWorker")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def role_of(pid: int) -> str | None:
-    """The Ray role in process ``pid``'s title, or None (not a Ray actor we track, or gone)."""
+def role_of(pid: int, session: int | None = None) -> str | None:
+    """The Ray role in process ``pid``'s title, or None (not a Ray actor we track, gone, or
+    outside the process session ``session`` when one is given)."""
     try:
         title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        if session is not None and os.getsid(pid) != session:
+            return None
     except OSError:
         return None
     if not title.startswith("ray::"):
@@ -52,14 +55,15 @@ class Ledger:
     """Each role's CPU-seconds over every process it has had: a process that exits (a trial's
     worker, a loader torn down between epochs) keeps the last CPU-seconds read from it."""
 
-    def __init__(self) -> None:
+    def __init__(self, session: int | None = None) -> None:
+        self.session = session
         self.last: dict[int, tuple[str, float]] = {}
 
     def sample(self) -> dict[str, tuple[float, int]]:
         """Each role's CPU-seconds so far and its live process count."""
         live = {role: 0 for role in ROLES}
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and (role := role_of(int(entry.name))):
+            if entry.name.isdigit() and (role := role_of(int(entry.name), self.session)):
                 seconds = cpu_seconds(int(entry.name))
                 if seconds:
                     self.last[int(entry.name)] = (role, seconds)
@@ -81,8 +85,15 @@ def main() -> None:
         default=5,
         help="stop after this many samples in a row with no training worker",
     )
+    parser.add_argument(
+        "--session",
+        type=int,
+        default=None,
+        help="count only processes of this session id (the training's, when "
+        "other Ray runs share the node; `ps -o sid= -p <driver pid>`)",
+    )
     args = parser.parse_args()
-    start, ledger, rows, idle = time.monotonic(), Ledger(), [], 0
+    start, ledger, rows, idle = time.monotonic(), Ledger(args.session), [], 0
     with args.out.open("a", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["wall_s", "role", "cpu_s", "processes"])
