@@ -88,6 +88,8 @@ def _walk(group: Any, prefix: str) -> list[tuple[str, Any]]:
 
 
 def _job_app(path: Path) -> typer.Typer:
+    if str(path.parent) not in sys.path:  # as `python <script>` puts its folder first
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"ray_jobs_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -101,7 +103,7 @@ def render() -> str:
     commands = _walk(typer.main.get_command(app), "xmr")
     jobs = [
         (f"python ray_jobs/{path.name}", typer.main.get_command(_job_app(path)))
-        for path in sorted((REPO / "ray_jobs").glob("*.py"))
+        for path in sorted((REPO / "ray_jobs").glob("[!_]*.py"))  # _*.py: the scripts' helpers
     ]
     lines = [HEADER, "## Contents", ""]
     lines += [f"- [`{title}`](#{_anchor(title)})" for title, _ in commands + jobs]

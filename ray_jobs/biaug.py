@@ -15,8 +15,12 @@ Submitting the same command again resumes it: finished steps are skipped. --dry-
 plan. The steps are in xmr/jobs/biaug.py.
 """
 
-from xmr.jobs.biaug import BiAugJobOptions, biaug_job
-from xmr.jobs.cli import job_app
+from _xmr_python import require_xmr_python
+
+require_xmr_python()
+
+from xmr.jobs.biaug import BiAugJobOptions, biaug_job  # noqa: E402 (after the interpreter check)
+from xmr.jobs.cli import job_app  # noqa: E402 (after the interpreter check)
 
 app = job_app(biaug_job, BiAugJobOptions, __doc__)
 

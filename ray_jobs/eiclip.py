@@ -11,8 +11,12 @@ Submitting the same command again resumes it: finished steps are skipped. --dry-
 plan. The steps are in xmr/jobs/eiclip.py.
 """
 
-from xmr.jobs.cli import job_app
-from xmr.jobs.eiclip import EiClipJobOptions, eiclip_job
+from _xmr_python import require_xmr_python
+
+require_xmr_python()
+
+from xmr.jobs.cli import job_app  # noqa: E402 (after the interpreter check)
+from xmr.jobs.eiclip import EiClipJobOptions, eiclip_job  # noqa: E402 (after the interpreter check)
 
 app = job_app(eiclip_job, EiClipJobOptions, __doc__)
 

@@ -8,8 +8,12 @@ Submitting the same command again resumes it: finished steps are skipped. --dry-
 plan. The steps are in xmr/jobs/gender.py.
 """
 
-from xmr.jobs.cli import job_app
-from xmr.jobs.gender import GenderJobOptions, gender_job
+from _xmr_python import require_xmr_python
+
+require_xmr_python()
+
+from xmr.jobs.cli import job_app  # noqa: E402 (after the interpreter check)
+from xmr.jobs.gender import GenderJobOptions, gender_job  # noqa: E402 (after the interpreter check)
 
 app = job_app(gender_job, GenderJobOptions, __doc__)
 

@@ -9,8 +9,12 @@ Submitting the same command again resumes it: finished steps are skipped. --dry-
 plan. The steps are in xmr/jobs/odmap.py.
 """
 
-from xmr.jobs.cli import job_app
-from xmr.jobs.odmap import ODmAPJobOptions, odmap_job
+from _xmr_python import require_xmr_python
+
+require_xmr_python()
+
+from xmr.jobs.cli import job_app  # noqa: E402 (after the interpreter check)
+from xmr.jobs.odmap import ODmAPJobOptions, odmap_job  # noqa: E402 (after the interpreter check)
 
 app = job_app(odmap_job, ODmAPJobOptions, __doc__)
 

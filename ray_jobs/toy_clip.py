@@ -9,8 +9,12 @@ xmr it runs. Submitting the same command again resumes it: finished steps are sk
 --dry-run prints the plan. The steps are in xmr/jobs/toy_clip.py.
 """
 
-from xmr.jobs.cli import job_app
-from xmr.jobs.toy_clip import ToyClipJobOptions, toy_clip_job
+from _xmr_python import require_xmr_python
+
+require_xmr_python()
+
+from xmr.jobs.cli import job_app  # noqa: E402 (after the interpreter check)
+from xmr.jobs.toy_clip import ToyClipJobOptions, toy_clip_job  # noqa: E402 (after the interpreter check)
 
 app = job_app(toy_clip_job, ToyClipJobOptions, __doc__)
 

@@ -71,6 +71,8 @@ def _app(argv: list[str]) -> tuple[typer.Typer, list[str]]:
 
         return app, argv[3:]
     script = REPO / argv[1]
+    if str(script.parent) not in sys.path:  # as `python <script>` puts its folder first
+        sys.path.insert(0, str(script.parent))
     spec = importlib.util.spec_from_file_location(f"ray_jobs_{script.stem}", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # a job script of this repository: its typer app

@@ -340,6 +340,8 @@ def test_gitignore_covers_every_default_output_folder() -> None:
 
 def _job_command(job: str) -> click.Command:
     """The click command of ``python ray_jobs/<job>.py`` (what ``ray job submit`` runs)."""
+    if str(REPO / "ray_jobs") not in sys.path:  # as `python ray_jobs/<job>.py` puts it first
+        sys.path.insert(0, str(REPO / "ray_jobs"))
     spec = importlib.util.spec_from_file_location(f"ray_job_{job}", REPO / "ray_jobs" / f"{job}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -425,8 +425,9 @@ JOB_STOP_WAIT_S = "15"
 
 def _node_env(state: ClusterState, token: str) -> dict[str, str]:
     """The environment of every ``ray start``: token authentication with the cluster's token
-    file, free ports for the metric servers whose defaults are fixed, and the contract's
-    ``XMR_STORAGE`` and ``MLFLOW_TRACKING_URI``, which every job on the cluster inherits."""
+    file, free ports for the metric servers whose defaults are fixed, the contract's
+    ``XMR_STORAGE`` and ``MLFLOW_TRACKING_URI``, which every job on the cluster inherits, and
+    this interpreter: its folder first on ``PATH`` and its path in ``XMR_PYTHON``."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     # The jobs run in other folders: NLTK_DATA=../nltk_data and the like, made absolute here.
     env.update(forwarded_env())
@@ -439,6 +440,10 @@ def _node_env(state: ClusterState, token: str) -> dict[str, str]:
         AUTOSCALER_METRIC_PORT=str(free_port()),
         XMR_STORAGE=state.storage,
         MLFLOW_TRACKING_URI=state.tracking_uri,
+        # A job's `python` is this interpreter, whatever the shell's PATH was; a job script
+        # started by another says so in one line (ray_jobs/_xmr_python.py).
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
+        XMR_PYTHON=sys.executable,
         # `ray job stop`'s time between SIGTERM and SIGKILL (Ray's default 3 s): a stopped
         # job marks its MLflow runs KILLED in it, on a busy machine too.
         RAY_JOB_STOP_WAIT_TIME_S=JOB_STOP_WAIT_S,
