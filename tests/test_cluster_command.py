@@ -50,7 +50,7 @@ CLUSTER_VARIABLES = (
 )
 
 PROBE = """\
-import json, os, time, urllib.request
+import json, os, sys, time, urllib.request
 import ray
 
 ray.init()
@@ -66,10 +66,12 @@ uri, storage = os.environ["MLFLOW_TRACKING_URI"], os.environ["XMR_STORAGE"]
 with urllib.request.urlopen(uri + "/health", timeout=30) as answer:
     health = answer.read().decode()
 with open(os.path.join(storage, "probe.json"), "w") as out:
-    json.dump({"nodes": nodes, "tracking_uri": uri, "health": health}, out)
+    found = {"nodes": nodes, "tracking_uri": uri, "health": health, "python": sys.executable}
+    json.dump(found, out)
 print("probe:", nodes, "nodes,", uri, health)
 """
-"""The job: tasks spread over the nodes, the server's health check, a file in XMR_STORAGE."""
+"""The job: tasks spread over the nodes, the server's health check, its interpreter, a file in
+XMR_STORAGE."""
 
 
 def _clean_env() -> dict[str, str]:
@@ -105,8 +107,10 @@ def _listening_ports() -> set[int]:
 
 @pytest.mark.slow
 def test_up_runs_a_job_on_both_nodes_and_down_leaves_nothing(tmp_path: Path) -> None:
+    """Started from a shell whose venv is not activated (PATH without it), the job's bare
+    ``python`` is still the interpreter xmr runs under."""
     folder = tmp_path / "tmp"
-    env = _clean_env()
+    env = {**_clean_env(), "PATH": os.pathsep.join(["/usr/bin", "/bin"])}
     up = _xmr(
         "cluster", "up", "--nodes", "2", "--cpus-per-node", "1", "--dir", str(folder),
         env=env, cwd=tmp_path,
@@ -134,7 +138,7 @@ def test_up_runs_a_job_on_both_nodes_and_down_leaves_nothing(tmp_path: Path) -> 
         job.mkdir()
         (job / "probe.py").write_text(PROBE)
         submitted = subprocess.run(
-            [RAY, "job", "submit", "--working-dir", str(job), "--", sys.executable, "probe.py"],
+            [RAY, "job", "submit", "--working-dir", str(job), "--", "python", "probe.py"],
             env=client_env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         log = submitted.stdout + submitted.stderr
@@ -143,6 +147,7 @@ def test_up_runs_a_job_on_both_nodes_and_down_leaves_nothing(tmp_path: Path) -> 
         assert probe["nodes"] == 2
         assert probe["tracking_uri"] == state.tracking_uri
         assert probe["health"] == "OK"
+        assert Path(probe["python"]).parent == Path(sys.executable).parent
 
         again = _xmr("cluster", "up", "--dir", str(folder), env=env, cwd=tmp_path)
         assert again.returncode == 2
