@@ -39,22 +39,22 @@ class MegabyteRows:
 
 
 def test_a_backpressured_execution_pauses_and_delivers_every_row_in_order(local_ray) -> None:
-    """40 one-megabyte rows in an 8 MB budget, taken 20 ms apart: the stage fills its budget
+    """24 one-megabyte rows in a 6 MB budget, taken 20 ms apart: the stage fills its budget
     and waits for the consumer, and the loop pauses instead of spinning."""
     PAUSES.clear()
-    dataset = ray.data.range(40, override_num_blocks=40).map_batches(
+    dataset = ray.data.range(24, override_num_blocks=24).map_batches(
         MegabyteRows, batch_size=1, compute=ray.data.ActorPoolStrategy(size=1)
     )
     dataset.context.execution_options.preserve_order = True
     dataset.context.execution_options.resource_limits = ExecutionResources(
-        object_store_memory=8 * 2**20
+        object_store_memory=6 * 2**20
     )
     dataset.context.custom_execution_callback_classes.append(CountingPause)
     ids = []
     for batch in dataset.iter_batches(batch_size=1, batch_format="numpy"):
         ids.extend(batch["id"].tolist())
         time.sleep(0.02)
-    assert ids == list(range(40))
+    assert ids == list(range(24))
     (pause,) = PAUSES
     assert pause.pauses > 0, f"{pause.steps} loop steps, none paused"
 
