@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import mlflow
@@ -245,31 +244,12 @@ def test_the_comparison_pairs_the_conditions_runs_query_by_query(tmp_path: Path)
 
 
 def _odmap(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _odmaps(tmp_path, args)[0]
-
-
-def _odmaps(tmp_path: Path, *runs: Sequence[str]) -> list[subprocess.CompletedProcess[str]]:
-    """``python ray_jobs/odmap.py ARGS`` for each of ``runs``, at the same time (each one's
-    start is mostly imports)."""
-    started = [
-        subprocess.Popen([sys.executable, str(REPO / "ray_jobs" / "odmap.py"), *args],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for args in runs
-    ]  # fmt: skip
-    done = []
-    for process in started:
-        out, err = process.communicate(timeout=120)
-        done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
-    return done
+    command = [sys.executable, str(REPO / "ray_jobs" / "odmap.py"), *args]
+    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
 def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_path: Path) -> None:
-    dry, paper, converged = _odmaps(
-        tmp_path,
-        ("--dry-run", "--epochs", "1", "--storage", "jobs", "--name", "small"),
-        ("--dry-run", "--epochs", "1", "--equal-epochs", "--name", "paper"),
-        ("--dry-run", "--converged", "--max-epochs", "9", "--name", "c"),
-    )
+    dry = _odmap(tmp_path, "--dry-run", "--epochs", "1", "--storage", "jobs", "--name", "small")
     assert dry.returncode == 0, dry.stderr
     folder = tmp_path / "jobs" / "small"
     for line in (
@@ -285,8 +265,10 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
     assert plan.index("train-d-dprime") < plan.index("--name train-d ")  # D ∪ D′ first
     assert dry.stdout.count("to do") == 5
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "mlflow.db").exists()
+    paper = _odmap(tmp_path, "--dry-run", "--epochs", "1", "--equal-epochs", "--name", "paper")
     assert "--epochs 1 --name train-d-epochs" in " ".join(paper.stdout.split())
     assert paper.stdout.count("to do") == 6
+    converged = _odmap(tmp_path, "--dry-run", "--converged", "--max-epochs", "9", "--name", "c")
     flat = " ".join(converged.stdout.split())
     assert "--epochs auto --synth" in flat and "--max-epochs 9 --name train-d-dprime" in flat
     assert "--epochs auto --max-epochs 9 --name train-d " in flat

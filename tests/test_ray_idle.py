@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 import ray.data
 from ray.data._internal.execution.interfaces import ExecutionResources
 
@@ -38,6 +39,7 @@ class MegabyteRows:
         return {"id": batch["id"], "payload": np.zeros((len(batch["id"]), 2**18), np.float32)}
 
 
+@pytest.mark.slow
 def test_a_backpressured_execution_pauses_and_delivers_every_row_in_order(local_ray) -> None:
     """24 one-megabyte rows in a 6 MB budget, taken 20 ms apart: the stage fills its budget
     and waits for the consumer, and the loop pauses instead of spinning."""
