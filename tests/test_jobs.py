@@ -4,6 +4,7 @@ the job's run. Plain-Python steps here (no Ray); the ODmAP job end to end is in 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -275,27 +276,50 @@ def test_the_odmap_job_prints_its_plan_with_paths_resolved_in_the_driver(tmp_pat
     assert "--steps" not in flat and converged.stdout.count("to do") == 5
 
 
-@pytest.mark.parametrize(
-    ("args", "error"),
-    [
-        (["--dataset", "coco"], "error: --data is required for --dataset coco"),
-        (["--fill", "magic"], "error: --fill 'magic' is not one of telea"),
-        (["--epochs", "0"], "error: --epochs must be >= 1, got 0"),
-        (["--model", "resnet"], "error: unknown model family 'resnet'"),
-        (["--data", "/nonexistent", "--dry-run"], "error: --data /nonexistent is not a folder"),
-        (["--name", "../../x"], "error: --name '../../x' must be one folder name"),
-        (["--converged", "--epochs", "2"], "error: --converged trains each run until it levels"),
-        (["--patience", "2"], "error: --patience and --max-epochs apply to --converged"),
-        (["--epochs", "auto"], "error: --epochs auto: the odmap job trains both runs until"),
-    ],
-)
-def test_the_odmap_job_refuses_bad_options_before_any_step(
-    tmp_path: Path, args: list[str], error: str
-) -> None:
-    refused = _odmap(tmp_path, *args)
-    assert refused.returncode == 2
-    assert refused.stderr.startswith(error), refused.stderr
-    assert not list(tmp_path.iterdir())  # no xmr-jobs/, job.json or mlflow.db
+_ODMAP_REFUSALS = [
+    (["--dataset", "coco"], "error: --data is required for --dataset coco"),
+    (["--fill", "magic"], "error: --fill 'magic' is not one of telea"),
+    (["--epochs", "0"], "error: --epochs must be >= 1, got 0"),
+    (["--model", "resnet"], "error: unknown model family 'resnet'"),
+    (["--data", "/nonexistent", "--dry-run"], "error: --data /nonexistent is not a folder"),
+    (["--name", "../../x"], "error: --name '../../x' must be one folder name"),
+    (["--converged", "--epochs", "2"], "error: --converged trains each run until it levels"),
+    (["--patience", "2"], "error: --patience and --max-epochs apply to --converged"),
+    (["--epochs", "auto"], "error: --epochs auto: the odmap job trains both runs until"),
+]
+
+_RUN_JOB_SCRIPT = """
+import importlib.util, json, sys
+from typer.testing import CliRunner
+
+script = sys.argv[1]
+sys.path.insert(0, script.rsplit("/", 1)[0])  # as `python <script>` does
+spec = importlib.util.spec_from_file_location("job", script)
+job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job)
+for args in json.loads(sys.argv[2]):
+    result = CliRunner().invoke(job.app, args)
+    print(json.dumps({"code": result.exit_code, "output": result.output}))
+"""
+"""Runs ``python <job script> ARGS`` for each ARGS in one interpreter (its typer app, as the
+script's ``__main__`` does), one JSON line each."""
+
+
+def test_the_odmap_job_refuses_bad_options_before_any_step(tmp_path: Path) -> None:
+    """Each refusal: exit 2 and its one line, and nothing written (no xmr-jobs/, job.json or
+    mlflow.db)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_JOB_SCRIPT, str(REPO / "ray_jobs" / "odmap.py"),
+         json.dumps([args for args, _ in _ODMAP_REFUSALS])],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    for (args, error), report in zip(_ODMAP_REFUSALS, reports, strict=True):
+        assert report["code"] == 2, (args, report["output"])
+        assert report["output"].startswith(error), (args, report["output"])
+    assert len(reports) == len(_ODMAP_REFUSALS)
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
