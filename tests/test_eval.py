@@ -128,6 +128,8 @@ def test_eval_toyworld_logs_every_metric_and_artifact(tiny_world, tmp_path, loca
     run = runs[0]
     assert run.data.params["model.arch"] == "xmr-tiny"
     assert run.data.params["data.dataset"] == "toyworld"
+    lasted = (run.info.end_time - run.info.start_time) / 1000
+    assert lasted >= report["timings"]["total_s"]  # the run spans the evaluation, then its log
     assert run.data.metrics["test/odmap_at_5"] == pytest.approx(metrics["test/odmap_at_5"])
     for name in ("test/bias_at_10", "test/gendered_share_at_10", "test/male_share_at_10_cup"):
         assert run.data.metrics[name] == pytest.approx(metrics[name])

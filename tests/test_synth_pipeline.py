@@ -220,5 +220,7 @@ def test_cli_logs_the_build_to_mlflow(small_toyworld, local_ray, tmp_path) -> No
     manifest = read_manifest(tmp_path / "out")
     assert run.data.metrics["written"] == manifest["written"]
     assert run.data.metrics["planned"] == manifest["planned"]
+    lasted = (run.info.end_time - run.info.start_time) / 1000
+    assert lasted >= manifest["timings_s"]["total"]  # the run spans the build, then its log
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"manifest.json", "samples.png"} <= artifacts

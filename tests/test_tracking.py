@@ -4,6 +4,7 @@ runs remembered in a local record."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import mlflow
@@ -70,6 +71,22 @@ def test_every_experiment_says_it_is_model_training(tmp_path: Path) -> None:
     assert kinds == {"xmr/new": "custom_model_development", "xmr/old": "custom_model_development",
                      "xmr/chosen": "genai_development"}  # fmt: skip
     assert client.get_experiment(older).tags == EXPERIMENT_KIND
+
+
+def test_a_run_logged_after_its_work_starts_when_the_work_did(tmp_path: Path) -> None:
+    """``started``: the run's start is the work's (an evaluation, a build logged at its end),
+    so the UI's duration is the work's; nested and named as any run."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with start_run("xmr/parent", tracking_uri=uri) as parent:
+        pass
+    began = time.time() - 42.0
+    with start_run("xmr/parent", tracking_uri=uri, run_name="late", started=began,
+                   parent_run_id=parent.run_id) as run:  # fmt: skip
+        run.log_metrics({"x": 1.0})
+    info = mlflow.MlflowClient(uri).get_run(run.run_id)
+    assert info.info.start_time == int(began * 1000) and info.info.status == "FINISHED"
+    assert (info.info.end_time - info.info.start_time) / 1000 >= 42.0
+    assert info.info.run_name == "late" and info.data.tags["mlflow.parentRunId"] == parent.run_id
 
 
 def test_a_recorded_run_is_continued_and_ends_once(tmp_path: Path) -> None:

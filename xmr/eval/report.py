@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -220,13 +221,15 @@ def log_to_mlflow(
     parent_run_id: str | None = None,
 ) -> str:
     """Log one evaluation as a run of ``experiment`` (default ``xmr/eval/<dataset>``), nested
-    under ``parent_run_id`` when given (a job's step); returns the run id."""
+    under ``parent_run_id`` when given (a job's step), starting when the evaluation did
+    (``total_s`` ago); returns the run id."""
     with start_run(
         experiment or experiment_name("eval", config.dataset),
         run_name=run_name,
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval"},
         parent_run_id=parent_run_id,
+        started=time.time() - result.timings.get("total_s", 0.0),  # the evaluation's start
     ) as run:
         log_result(run, result, config)
         return run.run_id

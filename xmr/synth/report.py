@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 from io import BytesIO
 
 import numpy as np
@@ -196,6 +197,7 @@ def log_to_mlflow(
         experiment or experiment_name("synth", options.shared.dataset),
         run_name=runtime.run_name,
         tracking_uri=runtime.tracking_uri,
+        started=time.time() - m["timings_s"].get("total", 0.0),  # the build's start
         tags={"xmr.command": "synth", "xmr.config_hash": m["config_hash"],
               "xmr.synth_mode": options.mode},
         parent_run_id=parent_run_id,
