@@ -322,6 +322,7 @@ def log_benchmark_to_mlflow(
         tracking_uri=tracking_uri,
         tags={"xmr.command": "eval", "xmr.benchmark": result.benchmark},
         parent_run_id=parent_run_id,
+        started=time.time() - result.timings.get("total_s", 0.0),  # the benchmark's start
     ) as run:
         run.log_params(result.params(config))
         run.log_metrics(result.metrics)
