@@ -123,7 +123,8 @@ def test_the_slot_stage_decodes_each_epochs_permutation_from_the_start_epoch(
             assert torch.equal(got.pixels, want.pixels) and torch.equal(got.text, want.text)
             assert torch.equal(got.image_ids, want.image_ids)
     assert not np.array_equal(epoch_order(pairs.num_rows, 4, 1), epoch_order(pairs.num_rows, 4, 2))
-    stage = DecodeSlots(config, pairs, corpus, per_epoch, False, partial(clock_epoch, clock))
+    inputs = partial(tuple, (pairs, corpus))
+    stage = DecodeSlots(config, inputs, per_epoch, False, partial(clock_epoch, clock))
     stage.setup()
     assert stage.process({"slot": np.arange(per_epoch)}) == {}  # epoch 0: before the start
     assert ROW_COLUMN in pairs.column_names

@@ -374,9 +374,15 @@ class RayExecutor:
         """``progress``: Ray Data's progress bars. Rows keep their input order through the
         stages, so a consumer that groups consecutive rows buffers one group at a time."""
         init_ray(address, num_cpus)
+        self.progress = progress
+
+    def _rows(self, rows: list[dict], blocks: int) -> ray.data.Dataset:
+        """``rows`` as a dataset of ``blocks`` blocks, with this executor's Ray Data settings
+        (set where Ray Data is used: a :meth:`pool` leaves the process's settings alone)."""
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True
-        context.enable_progress_bars = progress
+        context.enable_progress_bars = self.progress
+        return ray.data.from_items(rows, override_num_blocks=blocks)
 
     @property
     def cpus(self) -> int:
@@ -400,7 +406,7 @@ class RayExecutor:
         Yields:
             The last stage's output batches, in input order; their sizes follow the blocks.
         """
-        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        ds = self._rows(rows, blocks)
         for stage, actors in stages:
             ds = map_stage(ds, stage, actors=actors)
         yield from ds.iter_batches(batch_format="numpy", batch_size=None)
@@ -418,5 +424,5 @@ class RayExecutor:
     ) -> Iterator[Batch]:
         """Apply a ready-made Ray Data transform (a ``ray.data.llm`` processor) to ``rows``
         and yield its output batches as they finish, in input order."""
-        ds = transform(ray.data.from_items(rows, override_num_blocks=blocks))
+        ds = transform(self._rows(rows, blocks))
         yield from ds.iter_batches(batch_format="numpy", batch_size=None)

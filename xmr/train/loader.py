@@ -106,7 +106,8 @@ def training_dataset(
     # Blocks made here: no read task, which would need a CPU that the workers may all hold.
     items = [{SLOT_COLUMN: slot} for slot in range(slots)]
     dataset = ray.data.from_items(items, override_num_blocks=-(-slots // SLOTS_PER_BLOCK))
-    stage = DecodeSlots(config, table, corpus, per_epoch, grouped, partial(clock_epoch, clock),
+    inputs = partial(ray.get, [ray.put(table), ray.put(corpus)])  # one copy for every actor
+    stage = DecodeSlots(config, inputs, per_epoch, grouped, partial(clock_epoch, clock),
                         cpus=config.loader_cpus, torch_threads=1)  # fmt: skip
     return map_stage(pause_when_idle(dataset), stage, actors=loader_count(config)[0])
 

@@ -15,10 +15,11 @@ No Ray here: a plan is plain data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -184,8 +185,10 @@ class DecodeSlots(Stage):
     epoch or later, none for an earlier slot (``{}`` when the batch has none). Its columns are
     the batch's :meth:`~xmr.models.batch.TrainBatch.to_columns` (``pixels``
     ``[n, B, 3, H, W]`` float32, ``text`` ``[n, B, L]``, labels ``[n, B]``, ...) and
-    ``pairs_together`` ``[n, 2]`` int64 (:data:`PairCounts`). ``start_epoch`` is asked once, at
-    setup (on Ray: the run's start clock, which a resumed worker sets before it iterates).
+    ``pairs_together`` ``[n, 2]`` int64 (:data:`PairCounts`). ``inputs`` (the training table
+    and corpus) and ``start_epoch`` are asked once, at setup: on Ray, from the object store (put
+    there once for every loader actor) and the run's start clock, which a resumed worker sets
+    before it iterates.
     ``torch_threads``: set torch's threads at setup (1 in a loader actor; None in a process
     that trains too).
     """
@@ -195,8 +198,7 @@ class DecodeSlots(Stage):
     def __init__(
         self,
         config: TrainConfig,
-        table: pa.Table,
-        corpus: Corpus,
+        inputs: Callable[[], Sequence[Any]],
         slots_per_epoch: int,
         grouped: bool,
         start_epoch: Callable[[], int],
@@ -205,16 +207,18 @@ class DecodeSlots(Stage):
         torch_threads: int | None = None,
     ) -> None:
         super().__init__(Resources(cpus=cpus), batch_size=1)
-        self.config, self.table, self.corpus = config, table, corpus
-        self.slots_per_epoch, self.grouped = slots_per_epoch, grouped
-        self.start_epoch, self.torch_threads = start_epoch, torch_threads
+        self.config, self.inputs, self.start_epoch = config, inputs, start_epoch
+        self.slots_per_epoch, self.grouped, self.torch_threads = (
+            slots_per_epoch,
+            grouped,
+            torch_threads,
+        )
 
     def setup(self) -> None:
         if self.torch_threads:
             torch.set_num_threads(self.torch_threads)
-        self.decoder = SlotDecoder(
-            self.config, self.table, self.corpus, self.slots_per_epoch, self.grouped
-        )
+        table, corpus = self.inputs()
+        self.decoder = SlotDecoder(self.config, table, corpus, self.slots_per_epoch, self.grouped)
         self.start = int(self.start_epoch())
 
     def process(self, batch: Batch) -> Batch:
@@ -240,10 +244,8 @@ def local_batches(plan: RunPlan, start_epoch: int) -> Iterator[tuple[TrainBatch,
     :class:`DecodeSlots` on the local executor, in order: the batches of one worker that trains
     alone."""
     per_epoch = slots_of_steps(plan.config, plan.steps_per_epoch)
-    stage = DecodeSlots(
-        plan.config, plan.data.table, plan.corpus, per_epoch, plan.grouped,
-        partial(int, start_epoch),
-    )  # fmt: skip
+    stage = DecodeSlots(plan.config, partial(tuple, (plan.data.table, plan.corpus)), per_epoch,
+                        plan.grouped, partial(int, start_epoch))  # fmt: skip
     slots = range(start_epoch * per_epoch, slots_of_steps(plan.config, plan.total_steps))
     for columns in LocalExecutor().stream([{SLOT_COLUMN: slot} for slot in slots], [(stage, 1)]):
         yield from slot_batches(columns)
