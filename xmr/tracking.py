@@ -325,14 +325,13 @@ def start_run(
     uri = resolve_tracking_uri(tracking_uri)
     _ensure_experiment(experiment, uri)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment)
+    experiment_id = mlflow.set_experiment(experiment).experiment_id
     tags = dict(tags or {})
     if parent_run_id:
         tags[PARENT_TAG] = parent_run_id
     if started is None:
         active = mlflow.start_run(run_name=run_name, tags=tags)
     else:  # MLflow's start_run takes no start time; its client does
-        experiment_id = mlflow.get_experiment_by_name(experiment).experiment_id
         created = _client(uri).create_run(
             experiment_id, start_time=int(started * 1000), tags=tags, run_name=run_name
         )

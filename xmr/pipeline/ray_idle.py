@@ -65,10 +65,13 @@ class PauseWhenIdle(ExecutionCallback):
     def __init__(self) -> None:
         self._last_progress: tuple[int, ...] | None = None
         self._last_step_end = 0.0
+        self.pauses = 0
+        """Pauses so far (how often the loop would have spun)."""
 
     def on_execution_step(self, executor: StreamingExecutor) -> None:
         progress, now = progress_of(executor), time.perf_counter()
         if progress == self._last_progress and now - self._last_step_end < SPIN_STEP_S:
+            self.pauses += 1
             waiting, until = waiting_blocks(executor), now + IDLE_PAUSE_S
             while waiting_blocks(executor) == waiting and time.perf_counter() < until:
                 time.sleep(POLL_S)
